@@ -1,0 +1,1 @@
+"""Backends behind one interface: `torch` (embedded default) and `verl` (clusters, lazy import)."""

@@ -1,0 +1,122 @@
+"""One typed configuration for a swarm server, mapped once to each backend.
+
+Every field documents its trade-off. The config is frozen and serialisable (`model_dump()` /
+`SwarmConfig.model_validate(...)`), so clients can send it to a server and A3R can store and replay it.
+Cross-field invariants are checked at construction with messages that say what to change.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from engine.errors import ConfigError
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ModelConfig(_Frozen):
+    name: str = Field("tiny", description="Built-in name (`tiny`, `smollm2-135m`), a local HF directory or a .gguf file.")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "float32", description="Weights dtype. float32 on CPU; bfloat16 halves memory on GPUs."
+    )
+    seed: int = Field(0, description="Seed for built-in random weights (tiny) and for sampling defaults.")
+
+
+class LoraConfig(_Frozen):
+    enabled: bool = Field(False, description="Train a LoRA adapter instead of full weights (peft).")
+    rank: int = Field(8, ge=1, description="Adapter rank r. Higher is more expressive and slower.")
+    alpha: int = Field(16, ge=1, description="LoRA scaling numerator (scale = alpha / rank).")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="Dropout on the adapter input.")
+    target_modules: str | list[str] = Field("all-linear", description="Modules to adapt; peft's 'all-linear' by default.")
+
+
+class AlgorithmConfig(_Frozen):
+    advantage: str = Field("grpo", description="Advantage estimator, a key of engine.algorithms' registry.")
+    policy_loss: str = Field("ppo_clip", description="Policy loss, a key of engine.algorithms' registry (ppo_clip, gspo, dapo, ...).")
+    scale_by_std: bool = Field(True, description="GRPO: divide by the group std. False is Dr.GRPO (no length/difficulty bias).")
+    clip_low: float = Field(0.2, gt=0, description="Lower ratio clip epsilon. GSPO uses ~3e-4 (sequence-level ratios are tiny).")
+    clip_high: float = Field(0.2, gt=0, description="Upper ratio clip epsilon. DAPO clip-higher uses 0.28.")
+    agg: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"] = Field(
+        "token_mean", description="How token losses become one number. token_mean weighs long answers more."
+    )
+    kl_coef: float = Field(0.0, ge=0, description="KL-to-reference penalty; 0 disables the reference model (saves memory).")
+    kl_estimator: Literal["k1", "k2", "k3"] = Field("k3", description="KL estimator; k3 is low-variance and non-negative.")
+    entropy_coef: float = Field(0.0, ge=0, description="Entropy bonus coefficient.")
+
+
+class PoolConfig(_Frozen):
+    policy: Literal["episode_count", "task_count", "nondegenerate_task_count", "all_clients_agree", "any_client_agrees"] = Field(
+        "task_count", description="When the pool triggers a training step (see docs/engine.md, pool policies)."
+    )
+    batch_size: int = Field(4, ge=1, description="B: tasks (or episodes / B*N for episode_count) per training step.")
+    group_size: int = Field(4, ge=1, description="N: episodes per task (GRPO group). A task is complete at N episodes.")
+    client_share: dict[str, float] = Field(
+        default_factory=dict,
+        description="Per-client cap on the share of a batch's episodes (task mixes / cocktail training), e.g. {'math': 0.5}.",
+    )
+
+
+class TrainingConfig(_Frozen):
+    lr: float = Field(1e-5, gt=0, description="AdamW learning rate.")
+    weight_decay: float = Field(0.0, ge=0)
+    ppo_epochs: int = Field(1, ge=1, description="Passes over each batch. >1 makes later passes off-policy (clip matters).")
+    mini_batch_size: int = Field(16, ge=1, description="Sequences per optimizer step.")
+    micro_batch_size: int = Field(4, ge=1, description="Sequences per forward/backward (gradient accumulation bounds memory).")
+    max_grad_norm: float = Field(1.0, gt=0)
+    max_steps: int | None = Field(None, ge=1, description="Stop training after this many steps (None: until stopped).")
+    checkpoint_every: int = Field(1, ge=0, description="Checkpoint every k steps (0: never). Pool contents are saved too.")
+    merge: Literal["off", "token", "text"] = Field(
+        "token", description="Timeline merging: token ids (exact) or text (merges more, tolerates tokenizer drift)."
+    )
+
+
+class EpisodeConfig(_Frozen):
+    idle_timeout_s: float = Field(600.0, gt=0, description="An episode with no call or end for this long is aborted.")
+    total_timeout_s: float = Field(3600.0, gt=0, description="An episode older than this is aborted.")
+    max_tokens_default: int = Field(256, ge=1, description="max_tokens when a request gives none.")
+    max_context_tokens: int = Field(4096, ge=16, description="Prompt + completion cap; longer requests get HTTP 400.")
+
+
+class SwarmConfig(_Frozen):
+    """Everything a swarm server needs to host and train one model."""
+
+    model: ModelConfig = ModelConfig()
+    backend: Literal["torch", "verl"] = Field("torch", description="torch: one machine (CPU/GPU). verl: Ray + vLLM clusters.")
+    lora: LoraConfig = LoraConfig()
+    algorithm: AlgorithmConfig = AlgorithmConfig()
+    pool: PoolConfig = PoolConfig()
+    training: TrainingConfig = TrainingConfig()
+    episodes: EpisodeConfig = EpisodeConfig()
+    run_dir: str | None = Field(None, description="Checkpoints and metrics.jsonl go here; a restart with the same dir resumes.")
+
+    @model_validator(mode="after")
+    def _check(self) -> SwarmConfig:
+        t = self.training
+        if t.micro_batch_size > t.mini_batch_size:
+            raise ConfigError(
+                f"training.micro_batch_size ({t.micro_batch_size}) exceeds mini_batch_size ({t.mini_batch_size}); "
+                "a micro-batch is a slice of a mini-batch, so lower micro_batch_size."
+            )
+        if self.algorithm.policy_loss == "gspo" and self.algorithm.clip_low > 0.01:
+            raise ConfigError(
+                "policy_loss 'gspo' clips sequence-level ratios, which stay within ~1e-3 of 1; "
+                f"clip_low={self.algorithm.clip_low} would never clip. Use clip_low ~3e-4 and clip_high ~4e-4."
+            )
+        return self
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> SwarmConfig:
+        try:
+            data = yaml.safe_load(Path(path).read_text()) or {}
+        except (OSError, yaml.YAMLError) as e:
+            raise ConfigError(f"cannot read config {path}: {e}") from e
+        return cls.model_validate(data)
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)

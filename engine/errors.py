@@ -1,0 +1,33 @@
+"""The engine's exception hierarchy. Domain code raises these; only the HTTP layer maps them to status codes."""
+
+
+class SwarmError(Exception):
+    """Base class of every engine error."""
+
+
+class ConfigError(SwarmError, ValueError):
+    """A configuration value is invalid or inconsistent; the message says how to fix it."""
+
+
+class IllegalTransition(SwarmError, RuntimeError):
+    """A state machine was asked for a transition its table does not allow."""
+
+
+class EpisodeNotFound(SwarmError, KeyError):
+    """No live episode has this key (never issued, already ended, aborted or expired)."""
+
+
+class EpisodeRejected(SwarmError, RuntimeError):
+    """The server cannot take a new episode now (not rolling, or the client is throttled)."""
+
+    def __init__(self, reason: str, retry_after: float = 1.0):
+        super().__init__(reason)
+        self.retry_after = retry_after
+
+
+class BadRequest(SwarmError, ValueError):
+    """A request is malformed in a way the client can fix."""
+
+
+class ModelLoadError(SwarmError, RuntimeError):
+    """A model could not be found or loaded."""
