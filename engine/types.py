@@ -98,9 +98,11 @@ class EpisodeResult:
     reward: float
     timelines: list[Timeline]
     metadata: dict[str, Any] = field(default_factory=dict)
+    seq: int = 0  # arrival order in the pool, assigned by the pool
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "seq": self.seq,
             "episode_id": self.episode_id,
             "task_id": self.task_id,
             "client_id": self.client_id,
@@ -118,6 +120,7 @@ class EpisodeResult:
             float(d["reward"]),
             [Timeline.from_dict(t) for t in d["timelines"]],
             dict(d.get("metadata") or {}),
+            int(d.get("seq", 0)),
         )
 
 

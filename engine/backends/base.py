@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from engine.types import EpisodeResult
+
+TokenCallback = Callable[[int, int], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,8 +40,14 @@ class Completion:
 class InferenceEngine(Protocol):
     """Generates completions for concurrent requests; batching across requests is the engine's job."""
 
-    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> list[Completion]:
-        """Return `params.n` completions for one prompt."""
+    async def generate(
+        self, prompt_ids: list[int], params: SamplingParams, on_token: TokenCallback | None = None
+    ) -> list[Completion]:
+        """Return `params.n` completions for one prompt.
+
+        `on_token(choice_index, token_id)` is called for every sampled token as it is produced (from the
+        engine's worker thread), which is what real streaming is built on.
+        """
         ...
 
     async def pause(self) -> None:
@@ -46,3 +57,23 @@ class InferenceEngine(Protocol):
     def resume(self) -> None:
         """Release held requests."""
         ...
+
+
+class Backend(Protocol):
+    """What a swarm server needs from a backend once booted: a tokenizer, inference and a train step."""
+
+    tokenizer: Any
+    inference: InferenceEngine
+
+    def train_step(self, batch: list[EpisodeResult]) -> dict[str, float]:
+        """One full training step on a batch of finished episodes; blocking (the server runs it in a thread)."""
+        ...
+
+    def checkpoint(self) -> None:
+        """Persist weights, optimizer state and step counter to the run directory (no-op without one)."""
+        ...
+
+    @property
+    def global_step(self) -> int: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,14 @@
+"""Client SDK: drive a swarm server and run episodes against it from any agent code."""
+
+from engine.client.client import Episode, EpisodeGroup, EpisodeOutcome, SwarmClient, SwarmHTTPError
+from engine.client.runner import RunnerResult, run_episodes
+
+__all__ = [
+    "Episode",
+    "EpisodeGroup",
+    "EpisodeOutcome",
+    "RunnerResult",
+    "SwarmClient",
+    "SwarmHTTPError",
+    "run_episodes",
+]

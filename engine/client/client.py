@@ -1,0 +1,241 @@
+"""`SwarmClient`: control a swarm server and open episodes whose base_url/api_key any agent can use.
+
+    client = SwarmClient("http://127.0.0.1:10086", admin_token=token)
+    client.configure(SwarmConfig(...)); client.start(wait=True)
+    with client.episode(task_id="q17") as ep:
+        reply = ep.openai().chat.completions.create(model=ep.model, messages=[...])
+        ep.end(reward=score(reply))
+
+Leaving the `with` block without `end()` (or through an exception) aborts the episode, so a crashed
+agent never leaves a half-recorded episode behind.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from engine.config import SwarmConfig
+from engine.errors import SwarmError
+
+
+class SwarmHTTPError(SwarmError):
+    """The server answered with an error; `status` and the server's `reason` are kept."""
+
+    def __init__(self, status: int, reason: str, retry_after: float | None = None):
+        super().__init__(f"HTTP {status}: {reason}")
+        self.status = status
+        self.reason = reason
+        self.retry_after = retry_after
+
+
+@dataclass(frozen=True)
+class EpisodeOutcome:
+    episode_id: str
+    accepted: bool
+    reason: str
+
+
+def _raise_for(resp: httpx.Response) -> dict[str, Any]:
+    if resp.status_code < 400:
+        return resp.json()
+    try:
+        reason = resp.json()["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        reason = resp.text[:500]
+    retry = resp.headers.get("Retry-After")
+    raise SwarmHTTPError(resp.status_code, reason, float(retry) if retry else None)
+
+
+class SwarmClient:
+    """Synchronous client of one swarm server. Thread-safe: runners share one instance across threads."""
+
+    def __init__(
+        self,
+        url: str,
+        admin_token: str | None = None,
+        client_id: str = "default",
+        timeout: float = 600.0,
+    ) -> None:
+        self.url = url.rstrip("/")
+        token = admin_token or os.environ.get("SWARM_ADMIN_TOKEN")
+        if not token:
+            raise SwarmError("no admin token: pass admin_token= or set SWARM_ADMIN_TOKEN (see `swarm serve` output)")
+        self.client_id = client_id
+        self._http = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {token}"}, timeout=timeout)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> SwarmClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- control plane ----------------------------------------------------------------------------
+    def configure(self, config: SwarmConfig | dict[str, Any]) -> dict[str, Any]:
+        body = config.model_dump(mode="json") if isinstance(config, SwarmConfig) else config
+        return _raise_for(self._http.post("/swarm/configure", json=body))
+
+    def start(self, wait: bool = True, timeout: float = 600.0) -> dict[str, Any]:
+        """Start the server; with `wait`, block until it is ROLLING (raises if booting failed)."""
+        out = _raise_for(self._http.post("/swarm/start"))
+        if wait:
+            return self.wait_for_state({"ROLLING", "ROLLING_POST", "WEIGHT_SYNCING"}, timeout)
+        return out
+
+    def stop(self) -> dict[str, Any]:
+        return _raise_for(self._http.post("/swarm/stop"))
+
+    def status(self) -> dict[str, Any]:
+        return _raise_for(self._http.get("/swarm/status"))
+
+    def pool(self) -> dict[str, Any]:
+        return _raise_for(self._http.get("/swarm/pool"))
+
+    def heartbeat(self) -> None:
+        _raise_for(self._http.post("/swarm/clients/heartbeat", json={"client_id": self.client_id}))
+
+    def agree(self) -> None:
+        """Signal that this client is ready for a training step (all/any-client-agree pool policies)."""
+        _raise_for(self._http.post("/swarm/clients/agree", json={"client_id": self.client_id}))
+
+    def wait_for_state(self, states: set[str], timeout: float = 600.0, poll: float = 0.2) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            st = self.status()
+            if st["state"] in states:
+                return st
+            if st["state"] == "OFFLINE" and st.get("error"):
+                raise SwarmError(st["error"])
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"server still {st['state']} after {timeout}s (waiting for {sorted(states)})")
+            time.sleep(poll)
+
+    def wait_for_step(self, step: int, timeout: float = 600.0, poll: float = 0.2) -> dict[str, Any]:
+        """Block until the server's global step reaches `step`."""
+        deadline = time.monotonic() + timeout
+        while True:
+            st = self.status()
+            if st["global_step"] >= step and st["state"] == "ROLLING":
+                return st
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"server at step {st['global_step']} after {timeout}s (waiting for {step})")
+            time.sleep(poll)
+
+    # -- episodes ---------------------------------------------------------------------------------
+    def begin_episode(
+        self, task_id: str, is_eval: bool = False, metadata: dict[str, Any] | None = None, wait: float = 600.0
+    ) -> Episode:
+        """Claim an episode; waits (honouring Retry-After) while the server is syncing weights."""
+        body = {"task_id": task_id, "client_id": self.client_id, "is_eval": is_eval, "metadata": metadata or {}}
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                d = _raise_for(self._http.post("/swarm/episodes", json=body))
+                return Episode(self, d["episode_id"], d["base_url"], d["api_key"], d["model"], task_id, is_eval)
+            except SwarmHTTPError as e:
+                if e.status != 503 or time.monotonic() > deadline:
+                    raise
+                time.sleep(min(e.retry_after or 1.0, 1.0))
+
+    def episode(self, task_id: str, is_eval: bool = False, metadata: dict[str, Any] | None = None) -> Episode:
+        """Open an episode for use as a context manager."""
+        return self.begin_episode(task_id, is_eval, metadata)
+
+    def _episode_call(self, api_key: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        return _raise_for(self._http.post(path, json=body or {}, headers={"Authorization": f"Bearer {api_key}"}))
+
+
+class Episode:
+    """One claimed episode. Its `base_url` and `api_key` are all an agent needs (OpenAI-compatible)."""
+
+    def __init__(self, client: SwarmClient, episode_id: str, base_url: str, api_key: str, model: str, task_id: str, is_eval: bool):
+        self._client = client
+        self.episode_id = episode_id
+        self.base_url = base_url
+        self.api_key = api_key
+        self.model = model
+        self.task_id = task_id
+        self.is_eval = is_eval
+        self.outcome: EpisodeOutcome | None = None
+
+    def openai(self, **kwargs: Any):
+        """An `openai.OpenAI` client bound to this episode."""
+        import openai
+
+        return openai.OpenAI(base_url=self.base_url, api_key=self.api_key, **kwargs)
+
+    def end(self, reward: float, metadata: dict[str, Any] | None = None) -> EpisodeOutcome:
+        if self.outcome is not None:
+            raise SwarmError(f"episode {self.episode_id} already finished")
+        d = self._client._episode_call(self.api_key, "/v1/episode/end", {"reward": reward, "metadata": metadata or {}})
+        self.outcome = EpisodeOutcome(d["episode_id"], d["accepted"], d.get("reason", ""))
+        return self.outcome
+
+    def abort(self) -> None:
+        if self.outcome is not None:
+            return
+        try:
+            self._client._episode_call(self.api_key, "/v1/episode/abort")
+        except SwarmHTTPError as e:
+            if e.status != 404:  # already expired server-side: nothing left to abort
+                raise
+        self.outcome = EpisodeOutcome(self.episode_id, False, "aborted")
+
+    def __enter__(self) -> Episode:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self.outcome is None:
+            self.abort()
+
+
+class EpisodeGroup:
+    """Episodes on several servers (one per trainable model) that commit or abort together.
+
+    `commit(rewards)` ends every member; if any end fails, the members not yet ended are aborted and the
+    error is raised. Leaving the `with` block without commit (or by an exception) aborts all members.
+    """
+
+    def __init__(self, clients: dict[str, SwarmClient], task_id: str, is_eval: bool = False):
+        self.episodes: dict[str, Episode] = {}
+        try:
+            for name, client in clients.items():
+                self.episodes[name] = client.begin_episode(task_id, is_eval)
+        except Exception:
+            self.abort()
+            raise
+
+    def __getitem__(self, name: str) -> Episode:
+        return self.episodes[name]
+
+    def commit(self, rewards: dict[str, float] | float) -> dict[str, EpisodeOutcome]:
+        out: dict[str, EpisodeOutcome] = {}
+        try:
+            for name, ep in self.episodes.items():
+                r = rewards if isinstance(rewards, (int, float)) else rewards[name]
+                out[name] = ep.end(float(r))
+        except Exception:
+            self.abort()
+            raise
+        return out
+
+    def abort(self) -> None:
+        for ep in self.episodes.values():
+            if ep.outcome is None:
+                try:
+                    ep.abort()
+                except SwarmHTTPError:
+                    pass  # that server is gone; its episode expires there on its own
+
+    def __enter__(self) -> EpisodeGroup:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.abort()

@@ -1,0 +1,1 @@
+"""The swarm server: OpenAI-compatible inference, episode lifecycle, control plane, pool and training."""

@@ -1,0 +1,239 @@
+"""HTTP surface of a swarm server (FastAPI). Maps domain errors to status codes; holds no state itself.
+
+Auth: the control plane and episode begin need `Authorization: Bearer <admin token>`; inference and
+episode end/abort need the episode's own key. Every 4xx carries `{"error": {"message", "type"}}`.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import Depends, FastAPI, Header, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import ValidationError
+
+from engine.backends.base import SamplingParams
+from engine.config import SwarmConfig
+from engine.errors import BadRequest, ConfigError, EpisodeNotFound, EpisodeRejected, IllegalTransition
+from engine.server.core import SwarmServer
+from engine.server.episodes import EpisodeEnd, LiveEpisode
+from engine.server.schemas import (
+    BeginEpisodeRequest,
+    BeginEpisodeResponse,
+    ChatCompletionRequest,
+    ClientSignal,
+    EndEpisodeRequest,
+    EndEpisodeResponse,
+    StatusResponse,
+)
+
+
+def _error(status: int, message: str, kind: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": kind}}, status_code=status, headers=headers)
+
+
+def _bearer(authorization: str | None) -> str:
+    if not authorization or not authorization.lower().startswith("bearer "):
+        raise PermissionError("missing 'Authorization: Bearer <key>' header")
+    return authorization[7:].strip()
+
+
+def create_app(server: SwarmServer, admin_token: str, public_url: str | None = None, autostart: bool = False) -> FastAPI:
+    """Build the ASGI app around a SwarmServer. `public_url` is what episode base_urls point at."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        if autostart:
+            await server.start()
+        yield
+        await server.shutdown()
+
+    app = FastAPI(title="swarm server", version="0.1.0", lifespan=lifespan)
+
+    # -- error mapping ----------------------------------------------------------------------------
+    @app.exception_handler(PermissionError)
+    async def _perm(_: Request, e: PermissionError):
+        return _error(401, str(e), "authentication_error")
+
+    @app.exception_handler(EpisodeNotFound)
+    async def _nf(_: Request, e: EpisodeNotFound):
+        return _error(404, e.args[0] if e.args else "episode not found", "episode_not_found")
+
+    @app.exception_handler(EpisodeRejected)
+    async def _rej(_: Request, e: EpisodeRejected):
+        return _error(503, str(e), "not_ready", {"Retry-After": str(max(1, round(e.retry_after)))})
+
+    @app.exception_handler(IllegalTransition)
+    async def _ill(_: Request, e: IllegalTransition):
+        return _error(409, str(e), "illegal_transition")
+
+    @app.exception_handler(BadRequest)
+    async def _bad(_: Request, e: BadRequest):
+        return _error(400, str(e), "invalid_request_error")
+
+    @app.exception_handler(RequestValidationError)
+    async def _val(_: Request, e: RequestValidationError):
+        parts = [f"{'.'.join(str(p) for p in err['loc'] if p != 'body')}: {err['msg']}" for err in e.errors()]
+        return _error(422, "; ".join(parts) or "invalid request body", "invalid_request_error")
+
+    # -- auth dependencies ------------------------------------------------------------------------
+    def require_admin(authorization: str | None = Header(None)) -> None:
+        if not hmac.compare_digest(_bearer(authorization).encode(), admin_token.encode()):
+            raise PermissionError("invalid admin token")
+
+    def episode_from_key(authorization: str | None = Header(None)) -> LiveEpisode:
+        return server.episodes.get(_bearer(authorization))
+
+    # -- health and models ------------------------------------------------------------------------
+    @app.get("/health")
+    async def health():
+        return {"ok": True, "state": server.state.value}
+
+    @app.get("/v1/models")
+    async def models(authorization: str | None = Header(None)):
+        key = _bearer(authorization)
+        if not hmac.compare_digest(key.encode(), admin_token.encode()):
+            server.episodes.get(key)
+        name = server.config.model.name
+        return {"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "swarm"}]}
+
+    # -- inference --------------------------------------------------------------------------------
+    @app.post("/v1/chat/completions")
+    async def chat_completions(req: ChatCompletionRequest, ep: LiveEpisode = Depends(episode_from_key)):
+        max_tokens = req.max_completion_tokens or req.max_tokens or server.config.episodes.max_tokens_default
+        stop = (req.stop,) if isinstance(req.stop, str) else tuple(req.stop or ())
+        params = SamplingParams(
+            max_new_tokens=max_tokens, temperature=req.temperature, top_p=req.top_p, n=req.n, stop=stop, seed=req.seed
+        )
+        model = server.config.model.name
+        if req.stream:
+            return StreamingResponse(
+                _sse(server, ep, req, params, model), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
+            )
+        completions, parsed, n_prompt = await server.chat(ep, req.messages, req.tools, params)
+        return _completion_body(completions, parsed, n_prompt, model)
+
+    # -- episodes ---------------------------------------------------------------------------------
+    @app.post("/swarm/episodes", response_model=BeginEpisodeResponse, dependencies=[Depends(require_admin)])
+    async def begin_episode(req: BeginEpisodeRequest, request: Request):
+        ep = server.begin_episode(req.task_id, req.client_id, req.is_eval, req.metadata)
+        base = (public_url or str(request.base_url)).rstrip("/")
+        return BeginEpisodeResponse(episode_id=ep.episode_id, base_url=f"{base}/v1", api_key=ep.api_key, model=server.config.model.name)
+
+    @app.post("/v1/episode/end", response_model=EndEpisodeResponse)
+    async def end_episode(req: EndEpisodeRequest, ep: LiveEpisode = Depends(episode_from_key)):
+        if ep.calls_in_flight:
+            raise BadRequest("episode has calls in flight; end it after its last response arrives")
+        accepted, reason = server.end_episode(ep, req.reward, req.metadata)
+        return EndEpisodeResponse(episode_id=ep.episode_id, accepted=accepted, reason=reason)
+
+    @app.post("/v1/episode/abort", response_model=EndEpisodeResponse)
+    async def abort_episode(ep: LiveEpisode = Depends(episode_from_key)):
+        server.abort_episode(ep, EpisodeEnd.ABORTED)
+        return EndEpisodeResponse(episode_id=ep.episode_id, accepted=False, reason="aborted")
+
+    # -- control plane ----------------------------------------------------------------------------
+    @app.post("/swarm/configure", dependencies=[Depends(require_admin)])
+    async def configure(request: Request):
+        try:
+            cfg = SwarmConfig.model_validate(await request.json())
+        except (ValidationError, ConfigError, json.JSONDecodeError) as e:
+            raise BadRequest(f"invalid config: {e}") from e
+        server.configure(cfg)
+        return {"ok": True, "config": cfg.model_dump(mode="json")}
+
+    @app.post("/swarm/start", dependencies=[Depends(require_admin)])
+    async def start():
+        await server.start()
+        return {"ok": True, "state": server.state.value}
+
+    @app.post("/swarm/stop", dependencies=[Depends(require_admin)])
+    async def stop():
+        await server.stop()
+        return {"ok": True, "state": server.state.value}
+
+    @app.get("/swarm/status", response_model=StatusResponse, dependencies=[Depends(require_admin)])
+    async def status():
+        return server.status()
+
+    @app.get("/swarm/pool", dependencies=[Depends(require_admin)])
+    async def pool():
+        return server.pool_info()
+
+    @app.post("/swarm/clients/heartbeat", dependencies=[Depends(require_admin)])
+    async def heartbeat(sig: ClientSignal):
+        server.heartbeat(sig.client_id)
+        return {"ok": True}
+
+    @app.post("/swarm/clients/agree", dependencies=[Depends(require_admin)])
+    async def agree(sig: ClientSignal):
+        server.agree(sig.client_id)
+        return {"ok": True, "state": server.state.value}
+
+    return app
+
+
+def _usage(n_prompt: int, n_completion: int) -> dict[str, int]:
+    return {"prompt_tokens": n_prompt, "completion_tokens": n_completion, "total_tokens": n_prompt + n_completion}
+
+
+def _message(content: str, tool_calls: list[dict]) -> dict:
+    msg: dict = {"role": "assistant", "content": content if content or not tool_calls else None}
+    if tool_calls:
+        msg["tool_calls"] = tool_calls
+    return msg
+
+
+def _completion_body(completions, parsed, n_prompt: int, model: str) -> dict:
+    choices = []
+    for i, (c, (content, tool_calls)) in enumerate(zip(completions, parsed)):
+        finish = "tool_calls" if tool_calls else c.finish_reason
+        choices.append({"index": i, "message": _message(content, tool_calls), "finish_reason": finish, "logprobs": None})
+    return {
+        "id": "chatcmpl-" + uuid.uuid4().hex,
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": choices,
+        "usage": _usage(n_prompt, sum(len(c.token_ids) for c in completions)),
+    }
+
+
+async def _sse(server: SwarmServer, ep: LiveEpisode, req: ChatCompletionRequest, params: SamplingParams, model: str) -> AsyncIterator[str]:
+    """Real streaming: text deltas leave as the model produces tokens; tool calls arrive in the final chunk."""
+    cid, created = "chatcmpl-" + uuid.uuid4().hex, int(time.time())
+
+    def chunk(choices: list[dict], usage: dict | None = None) -> str:
+        body = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model, "choices": choices}
+        if usage is not None:
+            body["usage"] = usage
+        return f"data: {json.dumps(body)}\n\n"
+
+    try:
+        async for event in server.chat_stream(ep, req.messages, req.tools, params):
+            if event.kind == "delta" and not req.tools:
+                yield chunk([{"index": event.index, "delta": {"content": event.text}, "finish_reason": None}])
+            elif event.kind == "done":
+                for i, (c, (content, tool_calls)) in enumerate(zip(event.completions, event.parsed)):
+                    delta: dict = {}
+                    rest = content[len(event.sent.get(i, "")) :] if content.startswith(event.sent.get(i, "")) else ""
+                    if not req.tools and rest:
+                        delta["content"] = rest
+                    if req.tools:
+                        if content:
+                            delta["content"] = content
+                        if tool_calls:
+                            delta["tool_calls"] = [{"index": j, **tc} for j, tc in enumerate(tool_calls)]
+                    finish = "tool_calls" if tool_calls else c.finish_reason
+                    yield chunk([{"index": i, "delta": delta, "finish_reason": finish}])
+                if (req.stream_options or {}).get("include_usage"):
+                    yield chunk([], _usage(event.n_prompt, sum(len(c.token_ids) for c in event.completions)))
+    except (BadRequest, EpisodeRejected, EpisodeNotFound) as e:
+        yield f"data: {json.dumps({'error': {'message': str(e), 'type': type(e).__name__}})}\n\n"
+    yield "data: [DONE]\n\n"

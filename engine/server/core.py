@@ -1,0 +1,352 @@
+"""SwarmServer: the single owner of a server's state, driven from one asyncio event loop.
+
+Handlers never hold state across an `await` without re-checking it, so no locks are needed: the event
+loop serialises every mutation. Blocking work (model loading, training steps) runs in threads and only
+hands results back to the loop.
+
+Training cycle: an episode ends -> the pool policy fires -> ROLLING_POST (new train episodes are refused
+with a retry hint, in-flight ones may finish) -> WEIGHT_SYNCING (inference held, optimizer steps) ->
+checkpoint -> ROLLING with the new weights live.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.backends.base import Backend, SamplingParams, TokenCallback
+from engine.config import SwarmConfig
+from engine.errors import BadRequest, EpisodeRejected
+from engine.pool.pool import SamplePool
+from engine.server.episodes import EpisodeEnd, EpisodeRegistry, LiveEpisode
+from engine.server.state import ServerState, StateMachine
+from engine.tracking.chat import parse_tool_calls, render_prompt
+from engine.types import EpisodeResult
+
+log = logging.getLogger("swarm.server")
+
+BackendFactory = Callable[[SwarmConfig], Backend]
+
+@dataclass
+class StreamEvent:
+    kind: str  # "delta" | "done"
+    index: int = 0
+    text: str = ""
+    completions: list = field(default_factory=list)
+    parsed: list = field(default_factory=list)
+    n_prompt: int = 0
+    sent: dict[int, str] = field(default_factory=dict)  # text already streamed per choice
+
+
+def _before_possible_stop(text: str, stops: tuple[str, ...]) -> str:
+    """Cut at a complete stop string, and hold back a tail that could still grow into one."""
+    for s in stops:
+        if s in text:
+            text = text[: text.index(s)]
+    hold = max((k for s in stops for k in range(1, len(s)) if text.endswith(s[:k])), default=0)
+    return text[: len(text) - hold]
+
+
+# A client not heard from for this long no longer counts as active for the agree policies.
+CLIENT_ACTIVE_S = 30.0
+
+
+class SwarmServer:
+    def __init__(self, backend_factory: BackendFactory, config: SwarmConfig | None = None) -> None:
+        self._factory = backend_factory
+        self.config = config or SwarmConfig()
+        self.sm = StateMachine()
+        self.backend: Backend | None = None
+        self.episodes = EpisodeRegistry(self.config.episodes.idle_timeout_s, self.config.episodes.total_timeout_s)
+        self.pool = SamplePool()
+        self.clients: dict[str, dict[str, Any]] = {}
+        self.metrics: list[dict[str, float]] = []
+        self.error: str | None = None
+        self._train_episode_done = asyncio.Event()
+        self._tasks: set[asyncio.Task] = set()
+        self._sweeper: asyncio.Task | None = None
+
+    # -- lifecycle --------------------------------------------------------------------------------
+    @property
+    def state(self) -> ServerState:
+        return self.sm.state
+
+    def configure(self, config: SwarmConfig) -> None:
+        if self.state is not ServerState.OFFLINE:
+            raise EpisodeRejected(f"configure needs an OFFLINE server (now {self.state.value}); stop it first", 0)
+        self.config = config
+
+    async def start(self) -> None:
+        """OFFLINE -> BOOTING, then ROLLING once the model is loaded (in the background)."""
+        self.sm.transition(ServerState.BOOTING)
+        self.error = None
+        self._spawn(self._boot())
+
+    async def _boot(self) -> None:
+        cfg = self.config
+        try:
+            backend = await asyncio.to_thread(self._factory, cfg)
+        except Exception as e:  # noqa: BLE001 - any load failure must land in status, not kill the loop
+            log.exception("boot failed")
+            self.error = f"boot failed: {e}"
+            self.sm.transition(ServerState.OFFLINE)
+            return
+        if self.state is not ServerState.BOOTING:  # stopped while loading
+            backend.close()
+            return
+        self.backend = backend
+        self.episodes = EpisodeRegistry(cfg.episodes.idle_timeout_s, cfg.episodes.total_timeout_s)
+        journal = Path(cfg.run_dir) / "pool.journal.jsonl" if cfg.run_dir else None
+        self.pool = SamplePool(journal)
+        self.sm.transition(ServerState.ROLLING)
+        if self._sweeper is None or self._sweeper.done():
+            self._sweeper = self._spawn(self._sweep_forever())
+        self._maybe_trigger()
+
+    async def stop(self) -> None:
+        """Abort live episodes and unload; accepted episodes stay in the journal for the next start."""
+        if self.state is ServerState.OFFLINE:
+            return
+        for ep in self.episodes.live():
+            self.episodes.finish(ep, EpisodeEnd.ABORTED)
+        self.sm.transition(ServerState.OFFLINE)
+        if self.backend is not None:
+            self.backend.inference.resume()
+            self.backend.close()
+            self.backend = None
+
+    async def shutdown(self) -> None:
+        await self.stop()
+        for t in list(self._tasks):
+            t.cancel()
+
+    def _spawn(self, coro) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    # -- episodes ---------------------------------------------------------------------------------
+    def begin_episode(self, task_id: str, client_id: str, is_eval: bool, metadata: dict[str, Any]) -> LiveEpisode:
+        self.heartbeat(client_id)
+        state = self.state
+        if is_eval:
+            if state in (ServerState.OFFLINE, ServerState.BOOTING):
+                raise EpisodeRejected(f"server is {state.value}; start it and wait for ROLLING", 2.0)
+        elif state is not ServerState.ROLLING:
+            raise EpisodeRejected(f"server is {state.value}; new training episodes wait for ROLLING", 1.0)
+        elif not is_eval and self._throttled(client_id):
+            raise EpisodeRejected(f"client {client_id!r} reached its share of the batch (pool.client_share)", 1.0)
+        return self.episodes.begin(task_id, client_id, is_eval, metadata)
+
+    def _throttled(self, client_id: str) -> bool:
+        share = self.config.pool.client_share.get(client_id)
+        if share is None:
+            return False
+        cap = share * self.config.pool.batch_size * self.config.pool.group_size
+        in_flight = sum(1 for e in self.episodes.live() if e.client_id == client_id and not e.is_eval)
+        return self.pool.episodes_by_client().get(client_id, 0) + in_flight >= cap
+
+    def end_episode(self, ep: LiveEpisode, reward: float, metadata: dict[str, Any]) -> tuple[bool, str]:
+        """Close an episode; train episodes with at least one call enter the pool."""
+        self.episodes.finish(ep, EpisodeEnd.ENDED)
+        self.heartbeat(ep.client_id)
+        if ep.is_eval:
+            return False, "eval episode: never trained on"
+        if not ep.tracker.timelines:
+            self._train_episode_done.set()
+            return False, "episode made no LLM call: nothing to train on"
+        result = EpisodeResult(
+            episode_id=ep.episode_id,
+            task_id=ep.task_id,
+            client_id=ep.client_id,
+            reward=reward,
+            timelines=ep.tracker.timelines,
+            metadata={**ep.metadata, **metadata},
+        )
+        self.pool.add(result)
+        self._train_episode_done.set()
+        self._maybe_trigger()
+        return True, ""
+
+    def abort_episode(self, ep: LiveEpisode, how: EpisodeEnd = EpisodeEnd.ABORTED) -> None:
+        self.episodes.finish(ep, how)
+        if not ep.is_eval:
+            self._train_episode_done.set()
+
+    async def _sweep_forever(self) -> None:
+        interval = max(0.05, min(1.0, self.config.episodes.idle_timeout_s / 4))
+        while True:
+            await asyncio.sleep(interval)
+            for ep in self.episodes.expired():
+                log.info("episode %s expired", ep.episode_id)
+                self.abort_episode(ep, EpisodeEnd.EXPIRED)
+
+    # -- clients ----------------------------------------------------------------------------------
+    def heartbeat(self, client_id: str) -> None:
+        c = self.clients.setdefault(client_id, {"agree": False})
+        c["last_seen"] = time.time()
+
+    def agree(self, client_id: str) -> None:
+        self.heartbeat(client_id)
+        self.clients[client_id]["agree"] = True
+        self._maybe_trigger()
+
+    def _active_clients(self) -> frozenset[str]:
+        now = time.time()
+        return frozenset(c for c, v in self.clients.items() if now - v["last_seen"] < CLIENT_ACTIVE_S)
+
+    # -- inference --------------------------------------------------------------------------------
+    async def chat(
+        self,
+        ep: LiveEpisode,
+        messages: list[dict],
+        tools: list[dict] | None,
+        params: SamplingParams,
+        on_token: TokenCallback | None = None,
+    ):
+        """Render, generate and record one call; returns (completions, parsed choices, prompt length)."""
+        backend = self._require_backend()
+        rendered = render_prompt(backend.tokenizer, messages, tools)
+        limit = self.config.episodes.max_context_tokens
+        if len(rendered.token_ids) + params.max_new_tokens > limit:
+            raise BadRequest(
+                f"prompt ({len(rendered.token_ids)} tokens) + max_tokens ({params.max_new_tokens}) exceeds "
+                f"episodes.max_context_tokens={limit}; shorten the conversation or lower max_tokens"
+            )
+        ep.calls_in_flight += 1
+        self.episodes.touch(ep)
+        try:
+            completions = await backend.inference.generate(rendered.token_ids, params, on_token=on_token)
+        finally:
+            ep.calls_in_flight -= 1
+            self.episodes.touch(ep)
+        ep.tracker.record_call(rendered, completions)
+        parsed = [parse_tool_calls(c.text) if tools else (c.text, []) for c in completions]
+        return completions, parsed, len(rendered.token_ids)
+
+    async def chat_stream(self, ep: LiveEpisode, messages: list[dict], tools: list[dict] | None, params: SamplingParams):
+        """Like `chat`, but yields text deltas while tokens are sampled, then one final `done` event."""
+        backend = self._require_backend()
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[int, int]] = asyncio.Queue()
+
+        def on_token(index: int, token_id: int) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, (index, token_id))
+
+        task = asyncio.ensure_future(self.chat(ep, messages, tools, params, on_token=on_token))
+        ids: dict[int, list[int]] = {}
+        sent: dict[int, str] = {}
+        stops = set(getattr(backend.inference, "stop_token_ids", ()))
+        while not (task.done() and queue.empty()):
+            getter = asyncio.ensure_future(queue.get())
+            await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
+            if not getter.done():
+                getter.cancel()
+                continue
+            index, token_id = getter.result()
+            if token_id in stops:
+                continue
+            ids.setdefault(index, []).append(token_id)
+            text = backend.tokenizer.decode(ids[index], skip_special_tokens=True)
+            # Hold back a trailing replacement char: it is half of a multi-byte character.
+            if text.endswith("\ufffd"):
+                continue
+            safe = _before_possible_stop(text, params.stop)
+            prev = sent.get(index, "")
+            if len(safe) > len(prev) and safe.startswith(prev):
+                sent[index] = safe
+                yield StreamEvent("delta", index, safe[len(prev) :])
+        completions, parsed, n_prompt = task.result()
+        yield StreamEvent("done", completions=completions, parsed=parsed, n_prompt=n_prompt, sent=sent)
+
+    def _require_backend(self) -> Backend:
+        if self.backend is None or self.state in (ServerState.OFFLINE, ServerState.BOOTING):
+            raise EpisodeRejected(f"server is {self.state.value}: no model is loaded", 2.0)
+        return self.backend
+
+    # -- training ---------------------------------------------------------------------------------
+    def _maybe_trigger(self) -> None:
+        if self.state is not ServerState.ROLLING:
+            return
+        if self.config.training.max_steps is not None and self.backend is not None:
+            if self.backend.global_step >= self.config.training.max_steps:
+                return
+        pc = self.config.pool
+        active = self._active_clients()
+        agreeing = frozenset(c for c in active if self.clients[c]["agree"])
+        sel = self.pool.select(
+            pc.policy, pc.batch_size, pc.group_size, active_clients=active, agreeing_clients=agreeing
+        )
+        if sel is None:
+            return
+        self.sm.transition(ServerState.ROLLING_POST)
+        self._spawn(self._drain_and_train(sel.batch))
+
+    async def _drain_and_train(self, batch: list[EpisodeResult]) -> None:
+        while self.episodes.in_flight(is_eval=False) > 0 and self.state is ServerState.ROLLING_POST:
+            self._train_episode_done.clear()
+            await self._train_episode_done.wait()
+        if self.state is not ServerState.ROLLING_POST or self.backend is None:
+            return
+        self.sm.transition(ServerState.WEIGHT_SYNCING)
+        backend = self.backend
+        self.pool.take(batch)
+        await backend.inference.pause()
+        try:
+            t0 = time.perf_counter()
+            metrics = await asyncio.to_thread(backend.train_step, batch)
+            await asyncio.to_thread(backend.checkpoint)
+            self.pool.mark_trained(batch)
+            metrics = {**metrics, "step_time_s": time.perf_counter() - t0}
+            self.metrics.append(metrics)
+            self.error = None
+        except Exception as e:  # noqa: BLE001 - a failed step must not lose the batch or kill serving
+            log.exception("training step failed")
+            self.error = f"training step failed: {e}"
+            self.pool.restore(batch)
+        finally:
+            backend.inference.resume()
+        if self.state is ServerState.WEIGHT_SYNCING:
+            for c in self.clients.values():
+                c["agree"] = False
+            self.sm.transition(ServerState.ROLLING)
+            if self.error is None:
+                self._maybe_trigger()
+
+    # -- reporting --------------------------------------------------------------------------------
+    def pool_info(self) -> dict[str, Any]:
+        pc = self.config.pool
+        groups = self.pool.groups
+        complete = [t for t, g in groups.items() if len(g) >= pc.group_size]
+        return {
+            "policy": pc.policy,
+            "episodes": len(self.pool),
+            "tasks": len(groups),
+            "complete_tasks": len(complete),
+            "nondegenerate_tasks": sum(1 for t in complete if len({e.reward for e in groups[t][: pc.group_size]}) > 1),
+            "target_tasks": pc.batch_size,
+            "group_size": pc.group_size,
+            "discarded_degenerate": self.pool.discarded,
+            "by_client": self.pool.episodes_by_client(),
+        }
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "state": self.state.value,
+            "model": self.config.model.name if self.backend is not None else None,
+            "global_step": self.backend.global_step if self.backend is not None else 0,
+            "episodes_live": self.episodes.in_flight(is_eval=False),
+            "episodes_live_eval": self.episodes.in_flight(is_eval=True),
+            "episode_counts": dict(self.episodes.counts),
+            "pool": self.pool_info(),
+            "clients": {c: {"agree": v["agree"], "last_seen": v["last_seen"]} for c, v in self.clients.items()},
+            "last_metrics": self.metrics[-1] if self.metrics else None,
+            "error": self.error,
+            "config": self.config.model_dump(mode="json"),
+        }

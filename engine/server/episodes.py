@@ -1,0 +1,91 @@
+"""Live episodes: unguessable scoped keys, per-episode context trackers, deadlines.
+
+An episode's api_key is 256 random bits; the key alone selects the episode, so one episode's key can
+never read, extend or end another. Episode ids are public labels and authorise nothing.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from engine.errors import EpisodeNotFound
+from engine.tracking.tracker import ContextTracker
+
+
+class EpisodeEnd(str, Enum):
+    ENDED = "ended"
+    ABORTED = "aborted"
+    EXPIRED = "expired"
+
+
+@dataclass
+class LiveEpisode:
+    episode_id: str
+    api_key: str
+    task_id: str
+    client_id: str
+    is_eval: bool
+    started_at: float
+    last_active: float
+    metadata: dict[str, Any] = field(default_factory=dict)
+    tracker: ContextTracker = field(default_factory=ContextTracker)
+    calls_in_flight: int = 0
+
+
+class EpisodeRegistry:
+    """Owns every live episode. Used only from the server's event loop, so it needs no locks."""
+
+    def __init__(self, idle_timeout_s: float, total_timeout_s: float) -> None:
+        self.idle_timeout_s = idle_timeout_s
+        self.total_timeout_s = total_timeout_s
+        self._by_key: dict[str, LiveEpisode] = {}
+        self.counts: dict[str, int] = {e.value: 0 for e in EpisodeEnd}
+
+    def begin(self, task_id: str, client_id: str, is_eval: bool, metadata: dict[str, Any]) -> LiveEpisode:
+        now = time.monotonic()
+        ep = LiveEpisode(
+            episode_id="ep-" + secrets.token_hex(8),
+            api_key="sk-ep-" + secrets.token_urlsafe(32),
+            task_id=task_id,
+            client_id=client_id,
+            is_eval=is_eval,
+            started_at=now,
+            last_active=now,
+            metadata=metadata,
+        )
+        self._by_key[ep.api_key] = ep
+        return ep
+
+    def get(self, api_key: str) -> LiveEpisode:
+        # compare_digest over candidates would be O(n); dict lookup on a 256-bit key leaks nothing useful.
+        ep = self._by_key.get(api_key)
+        if ep is None:
+            raise EpisodeNotFound("unknown or finished episode key")
+        return ep
+
+    def touch(self, ep: LiveEpisode) -> None:
+        ep.last_active = time.monotonic()
+
+    def finish(self, ep: LiveEpisode, how: EpisodeEnd) -> None:
+        if self._by_key.pop(ep.api_key, None) is not None:
+            self.counts[how.value] += 1
+
+    def expired(self, now: float | None = None) -> list[LiveEpisode]:
+        """Episodes past their idle or total deadline. A call in flight keeps an episode from idling out."""
+        now = time.monotonic() if now is None else now
+        out = []
+        for ep in self._by_key.values():
+            idle = ep.calls_in_flight == 0 and now - ep.last_active > self.idle_timeout_s
+            if idle or now - ep.started_at > self.total_timeout_s:
+                out.append(ep)
+        return out
+
+    def live(self) -> list[LiveEpisode]:
+        return list(self._by_key.values())
+
+    def in_flight(self, is_eval: bool | None = None) -> int:
+        return sum(1 for e in self._by_key.values() if is_eval is None or e.is_eval == is_eval)

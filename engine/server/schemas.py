@@ -1,0 +1,76 @@
+"""Wire formats of the server's HTTP API (pydantic models; they also generate the OpenAPI schema)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ChatCompletionRequest(BaseModel):
+    """The subset of OpenAI's chat completions request the server honours; unknown fields are ignored."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str | None = None
+    messages: list[dict[str, Any]] = Field(..., min_length=1)
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Any = None
+    n: int = Field(1, ge=1, le=64)
+    stop: str | list[str] | None = None
+    temperature: float = Field(1.0, ge=0.0, le=5.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    stream: bool = False
+    stream_options: dict[str, Any] | None = None
+    seed: int | None = None
+
+
+class BeginEpisodeRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    task_id: str = Field(..., min_length=1, max_length=512, description="Episodes of one task form a group.")
+    client_id: str = Field("default", min_length=1, max_length=128)
+    is_eval: bool = Field(False, description="Eval episodes are served and tracked but never enter training.")
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class BeginEpisodeResponse(BaseModel):
+    episode_id: str
+    base_url: str
+    api_key: str
+    model: str
+
+
+class EndEpisodeRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    reward: float = Field(..., allow_inf_nan=False)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class EndEpisodeResponse(BaseModel):
+    episode_id: str
+    accepted: bool = Field(..., description="True when the episode entered the training pool (durably, with a run dir).")
+    reason: str = ""
+
+
+class ClientSignal(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    client_id: str = Field(..., min_length=1, max_length=128)
+
+
+class StatusResponse(BaseModel):
+    state: Literal["OFFLINE", "BOOTING", "ROLLING", "ROLLING_POST", "WEIGHT_SYNCING"]
+    model: str | None
+    global_step: int
+    episodes_live: int
+    episodes_live_eval: int
+    episode_counts: dict[str, int]
+    pool: dict[str, Any]
+    clients: dict[str, dict[str, Any]]
+    last_metrics: dict[str, float] | None
+    error: str | None
+    config: dict[str, Any] | None
