@@ -40,7 +40,7 @@ class AlgorithmConfig(_Frozen):
     advantage: str = Field("grpo", description="Advantage estimator, a key of engine.algorithms' registry.")
     policy_loss: str = Field("ppo_clip", description="Policy loss, a key of engine.algorithms' registry (ppo_clip, gspo, dapo, ...).")
     scale_by_std: bool = Field(True, description="GRPO: divide by the group std. False is Dr.GRPO (no length/difficulty bias).")
-    clip_low: float = Field(0.2, gt=0, description="Lower ratio clip epsilon. GSPO uses ~3e-4 (sequence-level ratios are tiny).")
+    clip_low: float = Field(0.2, ge=0, lt=1, description="Lower ratio clip epsilon. GSPO uses ~3e-4 (sequence-level ratios are tiny).")
     clip_high: float = Field(0.2, gt=0, description="Upper ratio clip epsilon. DAPO clip-higher uses 0.28.")
     agg: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"] = Field(
         "token_mean", description="How token losses become one number. token_mean weighs long answers more."
@@ -103,10 +103,18 @@ class SwarmConfig(_Frozen):
                 f"training.micro_batch_size ({t.micro_batch_size}) exceeds mini_batch_size ({t.mini_batch_size}); "
                 "a micro-batch is a slice of a mini-batch, so lower micro_batch_size."
             )
-        if self.algorithm.policy_loss == "gspo" and self.algorithm.clip_low > 0.01:
+        from engine.algorithms import advantage_names, policy_loss_defaults, policy_loss_names
+
+        a = self.algorithm
+        if a.advantage not in advantage_names():
+            raise ConfigError(f"algorithm.advantage {a.advantage!r} is not registered; valid: {', '.join(advantage_names())}")
+        if a.policy_loss not in policy_loss_names():
+            raise ConfigError(f"algorithm.policy_loss {a.policy_loss!r} is not registered; valid: {', '.join(policy_loss_names())}")
+        recommended = policy_loss_defaults(a.policy_loss).get("clip_low")
+        if recommended is not None and a.clip_low > 30 * recommended:
             raise ConfigError(
-                "policy_loss 'gspo' clips sequence-level ratios, which stay within ~1e-3 of 1; "
-                f"clip_low={self.algorithm.clip_low} would never clip. Use clip_low ~3e-4 and clip_high ~4e-4."
+                f"policy_loss {a.policy_loss!r} expects clip_low near {recommended} (its ratios stay close to 1); "
+                f"clip_low={a.clip_low} would never clip. Set algorithm.clip_low/clip_high to the loss's defaults."
             )
         return self
 

@@ -1,0 +1,187 @@
+"""Typed registries for the two algorithm kinds: advantage estimators and policy losses.
+
+Each kind has exactly one call signature, written down as a Protocol below. Registration checks a
+function's parameters against its kind's Protocol (names, order, keyword-only, which have defaults),
+rejects a *different* function under a name already taken (re-registering the same function is a no-op),
+and may attach recommended config defaults (e.g. GSPO's tiny clip range). Lookups that miss raise
+`UnknownName` (a KeyError) listing the valid names.
+
+Built-ins are registered when `engine.algorithms` is imported: advantages `grpo`, `rloo`; policy losses
+`ppo_clip`, `dapo`, `gspo`.
+
+HACPO is deliberately NOT registered: its advantage needs each sample's source agent, the learner and the
+agents' capabilities, and its loss needs per-sequence source log-probs from another tokenizer, omega and
+the mini-batch index m. None of that fits these signatures, so `engine.algorithms.hacpo` has a dedicated
+API instead of widening every signature for one algorithm.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+
+import torch
+
+from engine.algorithms.errors import DuplicateAlgorithm, SignatureMismatch, UnknownName
+
+if TYPE_CHECKING:
+    from engine.algorithms.config import AdvantageConfig, LossConfig
+
+__all__ = [
+    "AdvantageEstimator",
+    "GroupIds",
+    "PolicyLoss",
+    "Registry",
+    "advantage_defaults",
+    "advantage_names",
+    "get_advantage_estimator",
+    "get_policy_loss",
+    "policy_loss_defaults",
+    "policy_loss_names",
+    "register_advantage",
+    "register_policy_loss",
+]
+
+# Task group of each sample: an int tensor (N,) or any sequence of N hashables (task ids, prompt strings).
+GroupIds = torch.Tensor | Sequence[Hashable]
+
+
+class AdvantageEstimator(Protocol):
+    """rewards_N (one scalar per sample) and their task groups -> advantages_N (constants for the loss)."""
+
+    def __call__(
+        self, *, rewards_N: torch.Tensor, group_ids_N: GroupIds, cfg: AdvantageConfig
+    ) -> torch.Tensor: ...
+
+
+class PolicyLoss(Protocol):
+    """Per-token log-probs of B sequences of T tokens -> (scalar loss to minimise, float metrics).
+
+    logp_BT has grad (current policy); old_logp_BT is the sampling policy's; advantages_B one per sequence;
+    mask_BT 1 on trainable tokens; weights_B multiplicative sample weights; ref_logp_BT (reference policy)
+    is needed when cfg.kl_coef > 0, entropy_BT when cfg.entropy_coef > 0; either is reported when given.
+    """
+
+    def __call__(
+        self,
+        *,
+        logp_BT: torch.Tensor,
+        old_logp_BT: torch.Tensor,
+        advantages_B: torch.Tensor,
+        mask_BT: torch.Tensor,
+        weights_B: torch.Tensor,
+        cfg: LossConfig,
+        ref_logp_BT: torch.Tensor | None = None,
+        entropy_BT: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, dict[str, float]]: ...
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+_NAME = re.compile(r"[a-z][a-z0-9_]*")
+
+
+def _shape(fn: Callable[..., Any]) -> list[tuple[str, Any, bool]]:
+    """(name, kind, has_default) per parameter, `self` dropped."""
+    params = inspect.signature(fn).parameters.values()
+    return [(p.name, p.kind, p.default is not p.empty) for p in params if p.name != "self"]
+
+
+class Registry(Generic[F]):
+    """Name -> function for one kind, with the kind's signature enforced at registration."""
+
+    def __init__(self, kind: str, protocol: type) -> None:
+        self.kind = kind
+        self._expected = _shape(protocol.__call__)
+        self._fns: dict[str, F] = {}
+        self._defaults: dict[str, dict[str, Any]] = {}
+
+    def register(self, name: str, defaults: Mapping[str, Any] | None = None) -> Callable[[F], F]:
+        """Decorator registering `fn` under `name`, with recommended config field values `defaults`."""
+        if not _NAME.fullmatch(name):
+            raise ValueError(f"{self.kind} name {name!r} must be lower_snake_case (it is a config key)")
+
+        def decorator(fn: F) -> F:
+            got = _shape(fn)
+            if got != self._expected:
+                raise SignatureMismatch(
+                    f"{self.kind} {name!r} ({fn.__qualname__}) has parameters {_describe(got)}; "
+                    f"every {self.kind} must take exactly {_describe(self._expected)}"
+                )
+            new_defaults = dict(defaults or {})
+            old = self._fns.get(name)
+            if old is not None and (not _same(old, fn) or self._defaults[name] != new_defaults):
+                raise DuplicateAlgorithm(
+                    f"{self.kind} {name!r} is already registered to {old.__module__}.{old.__qualname__}; "
+                    f"pick another name for {fn.__module__}.{fn.__qualname__}"
+                )
+            self._fns[name] = fn
+            self._defaults[name] = new_defaults
+            return fn
+
+        return decorator
+
+    def get(self, name: str) -> F:
+        try:
+            return self._fns[name]
+        except KeyError:
+            raise UnknownName(
+                f"unknown {self.kind} {name!r}; valid names: {', '.join(self.names())}"
+            ) from None
+
+    def defaults(self, name: str) -> dict[str, Any]:
+        self.get(name)  # raises with the valid names
+        return dict(self._defaults[name])
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(sorted(self._fns))
+
+
+def _same(a: Callable[..., Any], b: Callable[..., Any]) -> bool:
+    # A module re-import creates a new function object for the same definition; that is not a conflict.
+    return a is b or (a.__module__, a.__qualname__) == (b.__module__, b.__qualname__)
+
+
+def _describe(shape: list[tuple[str, Any, bool]]) -> str:
+    kw = {inspect.Parameter.KEYWORD_ONLY: "keyword-only", inspect.Parameter.VAR_KEYWORD: "**"}
+    parts = [f"{n}{'=default' if d else ''} ({kw.get(k, 'positional')})" for n, k, d in shape]
+    return "[" + ", ".join(parts) + "]"
+
+
+_ADVANTAGES: Registry[AdvantageEstimator] = Registry("advantage estimator", AdvantageEstimator)
+_POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss", PolicyLoss)
+
+
+def register_advantage(name: str, defaults: Mapping[str, Any] | None = None) -> Callable[[F], F]:
+    """`@register_advantage("grpo")`; `defaults` are recommended AdvantageConfig field values."""
+    return _ADVANTAGES.register(name, defaults)
+
+
+def register_policy_loss(name: str, defaults: Mapping[str, Any] | None = None) -> Callable[[F], F]:
+    """`@register_policy_loss("gspo", defaults={...})`; `defaults` are recommended LossConfig field values."""
+    return _POLICY_LOSSES.register(name, defaults)
+
+
+def get_advantage_estimator(name: str) -> AdvantageEstimator:
+    return _ADVANTAGES.get(name)
+
+
+def get_policy_loss(name: str) -> PolicyLoss:
+    return _POLICY_LOSSES.get(name)
+
+
+def advantage_names() -> tuple[str, ...]:
+    return _ADVANTAGES.names()
+
+
+def policy_loss_names() -> tuple[str, ...]:
+    return _POLICY_LOSSES.names()
+
+
+def advantage_defaults(name: str) -> dict[str, Any]:
+    return _ADVANTAGES.defaults(name)
+
+
+def policy_loss_defaults(name: str) -> dict[str, Any]:
+    return _POLICY_LOSSES.defaults(name)
