@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
+import time
 from pathlib import Path
 
 from engine.config import SwarmConfig
@@ -11,7 +14,13 @@ from engine.errors import ConfigError
 
 
 def _load_config(args: argparse.Namespace) -> SwarmConfig:
-    cfg = SwarmConfig.from_yaml(args.config) if args.config else SwarmConfig()
+    saved = Path(args.run_dir) / "config.yaml" if getattr(args, "run_dir", None) else None
+    if args.config:
+        cfg = SwarmConfig.from_yaml(args.config)
+    elif saved is not None and saved.exists():
+        cfg = SwarmConfig.from_yaml(saved)  # resuming a run: its own config, unless told otherwise
+    else:
+        cfg = SwarmConfig()
     overrides = {}
     if getattr(args, "model", None):
         overrides["model"] = {**cfg.model.model_dump(), "name": args.model}
@@ -42,6 +51,28 @@ def _cmd_top(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_train(args: argparse.Namespace) -> int:
+    from engine.jobs import TrainJob, train
+
+    job = TrainJob.from_yaml(args.config) if args.config else TrainJob()
+    updates: dict = {}
+    if args.task:
+        updates["task"] = args.task
+    swarm = job.swarm.model_dump()
+    if args.model:
+        swarm["model"]["name"] = args.model
+    if args.steps:
+        swarm["training"]["max_steps"] = args.steps
+    elif swarm["training"]["max_steps"] is None:
+        swarm["training"]["max_steps"] = 10
+    updates["swarm"] = SwarmConfig.model_validate(swarm)
+    job = TrainJob.model_validate({**job.model_dump(), **{k: v for k, v in updates.items() if k != "swarm"}, "swarm": updates["swarm"]})
+    run_dir = Path(args.run_dir or os.environ.get("A3R_RUN_DIR") or f"runs/{job.task}-{int(time.time())}")
+    summary = train(job, run_dir)
+    print(json.dumps({k: v for k, v in summary.items() if k != "final_status"}, indent=2))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="swarm", description="Swarm training engine")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -64,6 +95,14 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--interval", type=float, default=1.0)
     t.add_argument("--once", action="store_true", help="print one snapshot and exit")
     t.set_defaults(fn=_cmd_top)
+
+    tr = sub.add_parser("train", help="train a built-in task end to end (starts the server and the client)")
+    tr.add_argument("--config", help="TrainJob YAML (task, swarm: SwarmConfig, eval_size, ...)")
+    tr.add_argument("--task", help="arithmetic, countdown or calculator")
+    tr.add_argument("--model", help="override swarm.model.name")
+    tr.add_argument("--steps", type=int, help="override swarm.training.max_steps (default 10)")
+    tr.add_argument("--run-dir", help="where checkpoints, metrics and summary.json go (default runs/<task>-<time>)")
+    tr.set_defaults(fn=_cmd_train)
 
     args = p.parse_args(argv)
     try:

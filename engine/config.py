@@ -8,7 +8,7 @@ Cross-field invariants are checked at construction with messages that say what t
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -37,6 +37,8 @@ class LoraConfig(_Frozen):
 
 
 class AlgorithmConfig(_Frozen):
+    """Fields left unset take the chosen loss's registered defaults (e.g. GSPO's 3e-4/4e-4 clip)."""
+
     advantage: str = Field("grpo", description="Advantage estimator, a key of engine.algorithms' registry.")
     policy_loss: str = Field("ppo_clip", description="Policy loss, a key of engine.algorithms' registry (ppo_clip, gspo, dapo, ...).")
     scale_by_std: bool = Field(True, description="GRPO: divide by the group std. False is Dr.GRPO (no length/difficulty bias).")
@@ -48,6 +50,18 @@ class AlgorithmConfig(_Frozen):
     kl_coef: float = Field(0.0, ge=0, description="KL-to-reference penalty; 0 disables the reference model (saves memory).")
     kl_estimator: Literal["k1", "k2", "k3"] = Field("k3", description="KL estimator; k3 is low-variance and non-negative.")
     entropy_coef: float = Field(0.0, ge=0, description="Entropy bonus coefficient.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _loss_defaults(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        from engine.algorithms import policy_loss_defaults, policy_loss_names
+
+        loss = data.get("policy_loss", "ppo_clip")
+        if loss in policy_loss_names():
+            data = {**{k: v for k, v in policy_loss_defaults(loss).items() if k in cls.model_fields}, **data}
+        return data
 
 
 class PoolConfig(_Frozen):

@@ -69,8 +69,8 @@ class Backend(Protocol):
         """One full training step on a batch of finished episodes; blocking (the server runs it in a thread)."""
         ...
 
-    def checkpoint(self) -> None:
-        """Persist weights, optimizer state and step counter to the run directory (no-op without one)."""
+    def checkpoint(self) -> bool:
+        """Persist weights, optimizer state and step counter if one is due; True when one was written."""
         ...
 
     @property

@@ -166,6 +166,14 @@ def create_app(server: SwarmServer, admin_token: str, public_url: str | None = N
     async def pool():
         return server.pool_info()
 
+    @app.get("/swarm/pool/episodes", dependencies=[Depends(require_admin)])
+    async def pool_episodes(task_id: str | None = None):
+        """Pool contents at token level, for inspection and debugging (can be large)."""
+        groups = server.pool.groups
+        return {
+            "episodes": [e.to_dict() for t, g in groups.items() if task_id in (None, t) for e in g],
+        }
+
     @app.post("/swarm/clients/heartbeat", dependencies=[Depends(require_admin)])
     async def heartbeat(sig: ClientSignal):
         server.heartbeat(sig.client_id)

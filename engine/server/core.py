@@ -69,6 +69,9 @@ class SwarmServer:
         self.error: str | None = None
         self._train_episode_done = asyncio.Event()
         self._tasks: set[asyncio.Task] = set()
+        # Batches trained since the last checkpoint: the journal marks them trained only once their
+        # weights are on disk, so a crash in between replays them instead of losing them.
+        self._uncheckpointed: list[EpisodeResult] = []
         self._sweeper: asyncio.Task | None = None
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -89,6 +92,10 @@ class SwarmServer:
 
     async def _boot(self) -> None:
         cfg = self.config
+        if cfg.run_dir:
+            # The run dir remembers its config, so `swarm serve --run-dir X` after a crash needs no client.
+            Path(cfg.run_dir).mkdir(parents=True, exist_ok=True)
+            (Path(cfg.run_dir) / "config.yaml").write_text(cfg.to_yaml())
         try:
             backend = await asyncio.to_thread(self._factory, cfg)
         except Exception as e:  # noqa: BLE001 - any load failure must land in status, not kill the loop
@@ -103,6 +110,7 @@ class SwarmServer:
         self.episodes = EpisodeRegistry(cfg.episodes.idle_timeout_s, cfg.episodes.total_timeout_s)
         journal = Path(cfg.run_dir) / "pool.journal.jsonl" if cfg.run_dir else None
         self.pool = SamplePool(journal)
+        self._uncheckpointed = []
         self.sm.transition(ServerState.ROLLING)
         if self._sweeper is None or self._sweeper.done():
             self._sweeper = self._spawn(self._sweep_forever())
@@ -301,8 +309,10 @@ class SwarmServer:
         try:
             t0 = time.perf_counter()
             metrics = await asyncio.to_thread(backend.train_step, batch)
-            await asyncio.to_thread(backend.checkpoint)
-            self.pool.mark_trained(batch)
+            self._uncheckpointed.extend(batch)
+            if await asyncio.to_thread(backend.checkpoint):
+                self.pool.mark_trained(self._uncheckpointed)
+                self._uncheckpointed = []
             metrics = {**metrics, "step_time_s": time.perf_counter() - t0}
             self.metrics.append(metrics)
             self.error = None

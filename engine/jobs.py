@@ -1,0 +1,162 @@
+"""`swarm train`: one command that trains a built-in task end to end.
+
+It starts a real swarm server as a subprocess on a free loopback port, configures it from the job config,
+measures held-out greedy accuracy, runs task episodes (B tasks x N repeats per step) until the server
+has taken `max_steps` training steps, measures accuracy again, and writes `summary.json`. A rerun with
+the same run dir resumes: the server reloads its checkpoint and the client skips the data already used.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+from rich.console import Console
+
+from engine.client import SwarmClient, run_episodes
+from engine.config import SwarmConfig
+from engine.errors import ConfigError
+from engine.tasks import get_task
+
+console = Console(stderr=True)
+
+
+class TrainJob(BaseModel):
+    """A training run of a built-in task: the server config plus what the client side does."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    task: str = Field("arithmetic", description="Built-in task: arithmetic, countdown, calculator.")
+    swarm: SwarmConfig = SwarmConfig()
+    seed: int = Field(0, description="Seeds the training data order and held-out set.")
+    eval_size: int = Field(64, ge=0, description="Held-out items for greedy accuracy before and after (0: skip).")
+    eval_every: int = Field(0, ge=0, description="Also evaluate every k steps (0: only before and after).")
+    temperature: float = Field(1.0, ge=0, description="Sampling temperature of training episodes.")
+    max_tokens: int = Field(32, ge=1, description="Reply budget per LLM call.")
+    concurrency: int = Field(16, ge=1, description="Episodes in flight at once (the server batches them).")
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> TrainJob:
+        try:
+            data = yaml.safe_load(Path(path).read_text()) or {}
+        except (OSError, yaml.YAMLError) as e:
+            raise ConfigError(f"cannot read job config {path}: {e}") from e
+        return cls.model_validate(data)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerProcess:
+    """A `swarm serve` subprocess on loopback with a fresh admin token."""
+
+    def __init__(self, run_dir: Path | None, log_path: Path | None = None, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.token = "sk-admin-" + secrets.token_urlsafe(24)
+        self.url = f"http://127.0.0.1:{self.port}"
+        cmd = [sys.executable, "-m", "engine.cli", "serve", "--port", str(self.port)]
+        if run_dir is not None:
+            cmd += ["--run-dir", str(run_dir)]
+        env = {**os.environ, "SWARM_ADMIN_TOKEN": self.token}
+        out = open(log_path, "ab") if log_path else subprocess.DEVNULL
+        self.proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
+        self._wait_healthy()
+
+    def _wait_healthy(self, timeout: float = 60.0) -> None:
+        import httpx
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"swarm server exited with code {self.proc.returncode} before becoming healthy")
+            try:
+                if httpx.get(self.url + "/health", timeout=1.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise TimeoutError("swarm server did not become healthy in time")
+
+    def client(self, client_id: str = "trainer") -> SwarmClient:
+        return SwarmClient(self.url, admin_token=self.token, client_id=client_id)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def evaluate(client: SwarmClient, job: TrainJob, items, label: str) -> float:
+    task = get_task(job.task)
+    greedy = {"temperature": 0.0, "max_tokens": job.max_tokens}
+    res = run_episodes(
+        client, items, lambda ep, it: task.run(ep.openai(max_retries=0), ep.model, it, greedy),
+        task_id=lambda it: "eval:" + it.id, concurrency=job.concurrency, is_eval=True, show_progress=True,
+    )
+    acc = res.mean_reward
+    console.print(f"[bold]{label}[/] greedy accuracy on {len(items)} held-out items: {acc:.3f}")
+    return acc
+
+
+def train(job: TrainJob, run_dir: Path) -> dict:
+    """Run the job to `swarm.training.max_steps` and return the summary (also written to run_dir)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    max_steps = job.swarm.training.max_steps
+    if max_steps is None:
+        raise ConfigError("swarm train needs swarm.training.max_steps (how many optimizer steps to run)")
+    cfg = job.swarm.model_copy(update={"run_dir": str(run_dir)})
+    task = get_task(job.task)
+    B, N = cfg.pool.batch_size, cfg.pool.group_size
+    held_out = task.dataset(job.eval_size, seed=10_000 + job.seed)
+    train_items = task.dataset(B * max_steps, seed=job.seed)
+    sampling = {"temperature": job.temperature, "max_tokens": job.max_tokens}
+
+    server = ServerProcess(run_dir, log_path=run_dir / "server.log")
+    summary: dict = {"task": job.task, "model": cfg.model.name, "max_steps": max_steps, "evals": []}
+    try:
+        with server.client() as client:
+            client.configure(cfg)
+            st = client.start(wait=True)
+            step = st["global_step"]
+            console.print(f"server ROLLING at step {step} ({cfg.model.name}, {cfg.algorithm.policy_loss})")
+            if job.eval_size and step == 0:
+                summary["accuracy_before"] = evaluate(client, job, held_out, "before")
+            while step < max_steps:
+                batch = train_items[step * B : (step + 1) * B]
+                episodes = [it for it in batch for _ in range(N)]
+                res = run_episodes(
+                    client, episodes, lambda ep, it: task.run(ep.openai(max_retries=0), ep.model, it, sampling),
+                    task_id=lambda it: f"s{step}:{it.id}", concurrency=job.concurrency,
+                    show_progress=True,
+                )
+                st = client.wait_for_step(step + 1, timeout=3600)
+                step = st["global_step"]
+                m = st.get("last_metrics") or {}
+                console.print(
+                    f"step {step}/{max_steps} reward {res.mean_reward:.3f} loss {m.get('pg_loss', float('nan')):.4f} "
+                    f"step time {m.get('step_time_s', float('nan')):.1f}s"
+                )
+                if job.eval_every and step % job.eval_every == 0 and step < max_steps:
+                    summary["evals"].append({"step": step, "accuracy": evaluate(client, job, held_out, f"step {step}")})
+            if job.eval_size:
+                summary["accuracy_after"] = evaluate(client, job, held_out, "after")
+            summary["final_status"] = client.status()
+    finally:
+        server.stop()
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary

@@ -1,0 +1,1 @@
+"""Backend-neutral training pieces: batch building, metrics logging and checkpoint layout."""
