@@ -6,6 +6,7 @@ import json
 import time
 
 import httpx
+import openai
 import pytest
 
 from engine.client import SwarmHTTPError
@@ -55,7 +56,7 @@ def test_episode_keys_are_isolated(live_server):
         assert la.choices[0].message is not None
         # ending A with A's key enters only A; B's recorded calls are untouched and B can still be used
         assert a.end(1.0).accepted
-        with pytest.raises(SwarmHTTPError) as e:
+        with pytest.raises(openai.NotFoundError):
             a.openai(max_retries=0).chat.completions.create(model="tiny", messages=MSGS, max_tokens=2)
         r = httpx.post(srv.url + "/v1/episode/end", json={"reward": 1.0}, headers=_auth(a.api_key))
         assert r.status_code == 404
@@ -68,7 +69,6 @@ def test_episode_keys_are_isolated(live_server):
         # a forged key is rejected
         r = httpx.post(srv.url + "/v1/chat/completions", json={"messages": MSGS}, headers=_auth(a.api_key[:-2] + "xx"))
         assert r.status_code == 404
-    del e
 
 
 @pytest.mark.parametrize(

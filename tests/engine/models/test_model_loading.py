@@ -1,0 +1,179 @@
+"""Model loading: offline built-ins, local directories, GGUF cache keys, clear errors, safe conversion.
+
+The built-ins use the real default cache (`~/.cache/swarm/models`, or `$SWARM_CACHE_DIR/models`), so a
+fresh machine converts SmolLM2 once (~20 s) and every later run (and the rest of the suite) reuses it.
+Cache-mechanics tests point SWARM_CACHE_DIR at a tmp dir and use fake, fast builders.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from engine.config import ModelConfig
+from engine.errors import ModelLoadError
+from engine.models import builtins, cache_root, end_of_turn_ids, ensure_pad_token, load_model, resolve_model_dir
+from engine.models.cache import convert_once
+
+
+def test_tiny_loads_fast_from_cache_with_a_real_chat_template():
+    load_model(ModelConfig(name="tiny"), device="cpu")  # make sure it is cached (and imports are warm)
+    t0 = time.perf_counter()
+    lm = load_model(ModelConfig(name="tiny"), device="cpu")
+    assert time.perf_counter() - t0 < 2.0  # ~0.3 s here; generous for loaded CI machines
+    assert lm.path == cache_root() / "tiny-seed0" and lm.name == "tiny"
+    assert not lm.model.training
+    assert lm.model.config.hidden_size == 64 and lm.model.config.num_hidden_layers == 2
+    assert lm.model.config.vocab_size == len(lm.tokenizer)
+    ids = lm.tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True, return_dict=False)
+    assert lm.tokenizer.decode(ids).endswith("<|im_start|>assistant\n")
+    assert lm.tokenizer.pad_token_id is not None
+    assert lm.tokenizer.convert_tokens_to_ids("<|im_end|>") in lm.end_of_turn_ids
+
+
+def test_tiny_weights_are_deterministic_in_the_seed():
+    a = load_model(ModelConfig(name="tiny", seed=0), device="cpu").model
+    b = load_model(ModelConfig(name="tiny", seed=0), device="cpu").model
+    c = load_model(ModelConfig(name="tiny", seed=1), device="cpu").model
+    wa, wb, wc = (m.model.layers[0].mlp.up_proj.weight for m in (a, b, c))
+    assert torch.equal(wa, wb)
+    assert not torch.equal(wa, wc)
+
+
+def test_tiny_dtype_follows_the_config():
+    lm = load_model(ModelConfig(name="tiny", dtype="bfloat16"), device="cpu")
+    assert next(lm.model.parameters()).dtype == torch.bfloat16
+
+
+def test_smollm2_is_converted_once_into_a_plain_trainable_model():
+    lm = load_model(ModelConfig(name="smollm2-135m"), device="cpu")  # converts on first use (~20 s)
+    cfg = json.loads((lm.path / "config.json").read_text())
+    assert "quantization_config" not in cfg
+    assert getattr(lm.model, "hf_quantizer", None) is None
+    assert sum(p.numel() for p in lm.model.parameters()) > 130_000_000
+    assert next(lm.model.parameters()).dtype == torch.float32
+    assert lm.tokenizer.chat_template and "<|im_start|>" in lm.tokenizer.chat_template
+    assert lm.tokenizer.eos_token == "<|im_end|>"
+    assert lm.tokenizer.convert_tokens_to_ids("<|im_end|>") in lm.end_of_turn_ids
+    t0 = time.perf_counter()
+    again = load_model(ModelConfig(name="smollm2-135m"), device="cpu")
+    assert time.perf_counter() - t0 < 10.0  # a plain cached directory, not another conversion
+    assert again.path == lm.path == cache_root() / "smollm2-135m"
+
+
+def test_a_local_hf_directory_loads_as_itself():
+    path = resolve_model_dir("tiny")
+    lm = load_model(ModelConfig(name=str(path)), device="cpu")
+    assert lm.path == path
+
+
+@pytest.mark.parametrize("name", ["no-such-model", "Qwen/Definitely-Not-Cached-0B", "./missing/dir"])
+def test_unknown_names_fail_with_the_builtins_and_the_fix(name):
+    with pytest.raises(ModelLoadError) as err:
+        load_model(ModelConfig(name=name))
+    msg = str(err.value)
+    assert "'tiny'" in msg and "'smollm2-135m'" in msg and "local Hugging Face directory" in msg
+
+
+def test_directory_without_config_and_missing_gguf_are_explained(tmp_path):
+    with pytest.raises(ModelLoadError, match="no config.json"):
+        resolve_model_dir(str(tmp_path))
+    with pytest.raises(ModelLoadError, match="does not exist"):
+        resolve_model_dir(str(tmp_path / "model.gguf"))
+
+
+def test_gguf_cache_key_follows_path_and_mtime(tmp_path, monkeypatch):
+    monkeypatch.setenv("SWARM_CACHE_DIR", str(tmp_path / "cache"))
+    calls = []
+    monkeypatch.setattr(builtins, "convert_gguf", lambda src, out: calls.append(src) or (out / "config.json").write_text("{}"))
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    first = resolve_model_dir(str(gguf))
+    assert resolve_model_dir(str(gguf)) == first and len(calls) == 1  # cached
+    os.utime(gguf, ns=(0, 10**18))
+    second = resolve_model_dir(str(gguf))
+    assert second != first and len(calls) == 2  # a changed file is converted again
+    assert first.parent == tmp_path / "cache" / "models" and first.name.startswith("gguf-m-")
+
+
+def test_convert_once_runs_the_builder_once_across_racing_threads(tmp_path):
+    target = tmp_path / "models" / "x"
+    calls = []
+
+    def build(out: Path) -> None:
+        calls.append(out)
+        time.sleep(0.2)  # both racers are inside convert_once while this runs
+        (out / "config.json").write_text("{}")
+
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(convert_once(target, build))) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == [target, target] and len(calls) == 1
+    assert (target / "config.json").is_file()
+    assert [p.name for p in target.parent.iterdir() if p.is_dir()] == ["x"]  # no temp dirs left behind
+
+
+def test_a_failed_conversion_leaves_no_partial_target(tmp_path):
+    target = tmp_path / "models" / "y"
+
+    def broken(out: Path) -> None:
+        (out / "config.json").write_text("{}")
+        raise RuntimeError("killed half-way")
+
+    with pytest.raises(RuntimeError):
+        convert_once(target, broken)
+    assert not target.exists()
+    assert not [p for p in target.parent.iterdir() if p.is_dir()]
+    # A crashed run's temp dir (another pid) is cleaned up by the next conversion.
+    (target.parent / ".y.tmp-999999-dead").mkdir()
+    convert_once(target, lambda out: (out / "config.json").write_text("{}"))
+    assert sorted(p.name for p in target.parent.iterdir() if p.is_dir()) == ["y"]
+
+
+def test_cache_root_honours_swarm_cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("SWARM_CACHE_DIR", str(tmp_path))
+    assert cache_root() == tmp_path / "models"
+    monkeypatch.delenv("SWARM_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_root() == tmp_path / "xdg" / "swarm" / "models"
+
+
+class _Tok:
+    """A minimal tokenizer double for the token helpers (Llama-3-like specials, no pad)."""
+
+    def __init__(self):
+        self.vocab = {"<|begin_of_text|>": 0, "<|eot_id|>": 1, "<|end_of_text|>": 2, "hello": 3, "</s>": 4}
+        self.eos_token, self.eos_token_id = "<|end_of_text|>", 2
+        self.unk_token = None
+        self.pad_token = None
+        self.all_special_tokens = ["<|begin_of_text|>", "<|eot_id|>", "<|end_of_text|>"]
+
+    @property
+    def pad_token_id(self):
+        return None if self.pad_token is None else self.vocab[self.pad_token]
+
+    def get_vocab(self):
+        return dict(self.vocab)
+
+    def get_added_vocab(self):
+        return {t: self.vocab[t] for t in self.all_special_tokens}
+
+
+def test_end_of_turn_ids_and_pad_token_helpers():
+    tok = _Tok()
+
+    class Gen:
+        eos_token_id = [2, 7]
+
+    # "</s>" is an ordinary vocabulary entry here (not special), so it must not stop decoding.
+    assert end_of_turn_ids(tok, Gen()) == [1, 2, 7]
+    assert ensure_pad_token(tok) == 2 and tok.pad_token == "<|end_of_text|>"
