@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from engine.config import SwarmConfig
 from engine.errors import ConfigError
 
@@ -54,19 +56,14 @@ def _cmd_top(args: argparse.Namespace) -> int:
 def _cmd_train(args: argparse.Namespace) -> int:
     from engine.jobs import TrainJob, train
 
-    job = TrainJob.from_yaml(args.config) if args.config else TrainJob()
-    updates: dict = {}
+    data = TrainJob.from_yaml(args.config).model_dump() if args.config else TrainJob().model_dump()
     if args.task:
-        updates["task"] = args.task
-    swarm = job.swarm.model_dump()
+        data["task"] = args.task
     if args.model:
-        swarm["model"]["name"] = args.model
-    if args.steps:
-        swarm["training"]["max_steps"] = args.steps
-    elif swarm["training"]["max_steps"] is None:
-        swarm["training"]["max_steps"] = 10
-    updates["swarm"] = SwarmConfig.model_validate(swarm)
-    job = TrainJob.model_validate({**job.model_dump(), **{k: v for k, v in updates.items() if k != "swarm"}, "swarm": updates["swarm"]})
+        data["swarm"]["model"]["name"] = args.model
+    training = data["swarm"]["training"]
+    training["max_steps"] = args.steps or training["max_steps"] or 10
+    job = TrainJob.model_validate(data)
     run_dir = Path(args.run_dir or os.environ.get("A3R_RUN_DIR") or f"runs/{job.task}-{int(time.time())}")
     summary = train(job, run_dir)
     print(json.dumps({k: v for k, v in summary.items() if k != "final_status"}, indent=2))
@@ -107,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         return args.fn(args)
-    except ConfigError as e:
+    except (ConfigError, ValidationError) as e:
         print(f"swarm: {e}", file=sys.stderr)
         return 2
 

@@ -220,7 +220,9 @@ class SwarmServer:
     ):
         """Render, generate and record one call; returns (completions, parsed choices, prompt length)."""
         backend = self._require_backend()
-        rendered = render_prompt(backend.tokenizer, messages, tools)
+        rendered = render_prompt(
+            backend.tokenizer, messages, tools, end_of_turn_ids=getattr(backend.inference, "stop_token_ids", None)
+        )
         limit = self.config.episodes.max_context_tokens
         if len(rendered.token_ids) + params.max_new_tokens > limit:
             raise BadRequest(

@@ -20,7 +20,11 @@ def prompts(tiny):
     tok = tiny.tokenizer
 
     def chat(text: str) -> list[int]:
-        return list(tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, return_dict=False))
+        return list(
+            tok.apply_chat_template(
+                [{"role": "user", "content": text}], add_generation_prompt=True, return_dict=False
+            )
+        )
 
     return [
         chat("hi"),

@@ -116,6 +116,7 @@ def test_concurrent_requests_share_forward_passes(engine, prompts):
 def test_sequential_mode_runs_one_row_at_a_time(tiny, prompts):
     eng = TorchInferenceEngine.from_loaded(tiny, max_batch_rows=1)
     try:
+
         async def main():
             return await asyncio.gather(*[eng.generate(p, GREEDY) for p in prompts])
 
@@ -130,7 +131,9 @@ def test_stop_string_cuts_text_and_finishes_with_stop(engine, prompts):
     base = run(engine.generate(prompts[1], SamplingParams(max_new_tokens=20, temperature=0)))[0]
     assert len(base.text) > 12
     stop = base.text[6:10]
-    cut = run(engine.generate(prompts[1], SamplingParams(max_new_tokens=20, temperature=0, stop=("@@never", stop))))[0]
+    cut = run(
+        engine.generate(prompts[1], SamplingParams(max_new_tokens=20, temperature=0, stop=("@@never", stop)))
+    )[0]
     assert cut.finish_reason == "stop"
     assert cut.text == base.text[: base.text.index(stop)]
     assert stop not in cut.text
@@ -175,7 +178,9 @@ def test_seeded_sampling_is_reproducible_and_batch_independent(engine, prompts):
             engine.generate(prompts[1], params),
             engine.generate(prompts[2], params),
         )
-        other_seed = await engine.generate(prompts[1], SamplingParams(max_new_tokens=12, temperature=1.0, n=1, seed=43))
+        other_seed = await engine.generate(
+            prompts[1], SamplingParams(max_new_tokens=12, temperature=1.0, n=1, seed=43)
+        )
         return alone, crowd[1], other_seed
 
     alone, in_batch, other_seed = run(main())
@@ -187,7 +192,9 @@ def test_seeded_sampling_is_reproducible_and_batch_independent(engine, prompts):
 def test_on_token_streams_every_sampled_token_in_order(engine, prompts):
     streamed: dict[int, list[int]] = {}
     params = SamplingParams(max_new_tokens=9, temperature=1.0, n=2, seed=5)
-    choices = run(engine.generate(prompts[3], params, on_token=lambda i, t: streamed.setdefault(i, []).append(t)))
+    choices = run(
+        engine.generate(prompts[3], params, on_token=lambda i, t: streamed.setdefault(i, []).append(t))
+    )
     assert streamed == {i: c.token_ids for i, c in enumerate(choices)}
 
 
@@ -198,7 +205,9 @@ def test_pause_drains_running_rows_and_holds_new_requests(engine, tiny, prompts)
         loop = asyncio.get_running_loop()
         running = asyncio.Event()
         before_update = await engine.generate(prompts[1], params)
-        first = asyncio.create_task(engine.generate(prompts[0], params, on_token=lambda i, t: loop.call_soon_threadsafe(running.set)))
+        first = asyncio.create_task(
+            engine.generate(prompts[0], params, on_token=lambda i, t: loop.call_soon_threadsafe(running.set))
+        )
         await running.wait()
         await engine.pause()
         assert first.done() and len(first.result()[0].token_ids) == 20  # running rows were finished
@@ -242,7 +251,9 @@ def test_cancelled_request_leaves_the_batch_and_others_continue(engine, prompts)
     async def main():
         loop = asyncio.get_running_loop()
         going = asyncio.Event()
-        doomed = asyncio.create_task(engine.generate(prompts[0], long, on_token=lambda i, t: loop.call_soon_threadsafe(going.set)))
+        doomed = asyncio.create_task(
+            engine.generate(prompts[0], long, on_token=lambda i, t: loop.call_soon_threadsafe(going.set))
+        )
         await going.wait()
         doomed.cancel()
         survivor = await engine.generate(prompts[1], GREEDY)
@@ -259,7 +270,9 @@ def test_cancelled_request_leaves_the_batch_and_others_continue(engine, prompts)
 def test_event_loop_stays_responsive_during_generation(engine, prompts):
     async def main():
         ticks = 0
-        task = asyncio.create_task(engine.generate(prompts[1], SamplingParams(max_new_tokens=60, temperature=0)))
+        task = asyncio.create_task(
+            engine.generate(prompts[1], SamplingParams(max_new_tokens=60, temperature=0))
+        )
         while not task.done():
             ticks += 1
             await asyncio.sleep(0.001)
@@ -301,7 +314,11 @@ def test_real_model_batched_greedy_equals_unbatched():
     lm = load_model(ModelConfig(name="smollm2-135m"), device="cpu")  # cached after the first run (~20 s once)
     tok = lm.tokenizer
     prompts = [
-        list(tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, return_dict=False))
+        list(
+            tok.apply_chat_template(
+                [{"role": "user", "content": q}], add_generation_prompt=True, return_dict=False
+            )
+        )
         for q in ("hi", "Write a haiku about the sea and the wind, with a title.", "What is 2+2?")
     ]
     # "hi" gets room for its whole reply (~12 tokens + <|im_end|>); the others stop early, leaving the batch.
@@ -310,8 +327,10 @@ def test_real_model_batched_greedy_equals_unbatched():
     try:
 
         async def main():
-            seq = [(await eng.generate(p, s))[0] for p, s in zip(prompts, params)]
-            return seq, await asyncio.gather(*[eng.generate(p, s) for p, s in zip(prompts, params)])
+            seq = [(await eng.generate(p, s))[0] for p, s in zip(prompts, params, strict=True)]
+            return seq, await asyncio.gather(
+                *[eng.generate(p, s) for p, s in zip(prompts, params, strict=True)]
+            )
 
         seq, batched = run(main())
     finally:

@@ -49,9 +49,10 @@ def test_sampling_frequencies_follow_the_tempered_distribution():
 def test_a_rows_sample_depends_only_on_its_own_generator():
     logits = torch.randn(4, 50, generator=torch.Generator().manual_seed(0))
     together, _ = sample_next(logits, [1.0, 0.0, 1.0, 0.8], [1.0, 1.0, 0.9, 1.0], gens(7, 8, 9, 10))
-    alone = [sample_next(logits[i : i + 1], [t], [p], gens(s))[0][0] for i, (t, p, s) in enumerate(
-        [(1.0, 1.0, 7), (0.0, 1.0, 8), (1.0, 0.9, 9), (0.8, 1.0, 10)]
-    )]
+    alone = [
+        sample_next(logits[i : i + 1], [t], [p], gens(s))[0][0]
+        for i, (t, p, s) in enumerate([(1.0, 1.0, 7), (0.0, 1.0, 8), (1.0, 0.9, 9), (0.8, 1.0, 10)])
+    ]
     assert together == alone
 
 

@@ -18,7 +18,14 @@ import torch
 
 from engine.config import ModelConfig
 from engine.errors import ModelLoadError
-from engine.models import builtins, cache_root, end_of_turn_ids, ensure_pad_token, load_model, resolve_model_dir
+from engine.models import (
+    builtins,
+    cache_root,
+    end_of_turn_ids,
+    ensure_pad_token,
+    load_model,
+    resolve_model_dir,
+)
 from engine.models.cache import convert_once
 
 
@@ -31,7 +38,9 @@ def test_tiny_loads_fast_from_cache_with_a_real_chat_template():
     assert not lm.model.training
     assert lm.model.config.hidden_size == 64 and lm.model.config.num_hidden_layers == 2
     assert lm.model.config.vocab_size == len(lm.tokenizer)
-    ids = lm.tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True, return_dict=False)
+    ids = lm.tokenizer.apply_chat_template(
+        [{"role": "user", "content": "hi"}], add_generation_prompt=True, return_dict=False
+    )
     assert lm.tokenizer.decode(ids).endswith("<|im_start|>assistant\n")
     assert lm.tokenizer.pad_token_id is not None
     assert lm.tokenizer.convert_tokens_to_ids("<|im_end|>") in lm.end_of_turn_ids
@@ -91,7 +100,9 @@ def test_directory_without_config_and_missing_gguf_are_explained(tmp_path):
 def test_gguf_cache_key_follows_path_and_mtime(tmp_path, monkeypatch):
     monkeypatch.setenv("SWARM_CACHE_DIR", str(tmp_path / "cache"))
     calls = []
-    monkeypatch.setattr(builtins, "convert_gguf", lambda src, out: calls.append(src) or (out / "config.json").write_text("{}"))
+    monkeypatch.setattr(
+        builtins, "convert_gguf", lambda src, out: calls.append(src) or (out / "config.json").write_text("{}")
+    )
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"GGUF")
     first = resolve_model_dir(str(gguf))

@@ -1,0 +1,101 @@
+"""TorchBackend: the embedded default. One process, one model object shared by inference and training.
+
+Boot order: newest complete checkpoint in the run dir if any (weights or adapter, optimizer state and
+step counter), else the configured model; optional peft LoRA wrap; then the batching inference engine and
+the trainer over the same module.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import torch
+
+from engine.config import SwarmConfig
+from engine.models import load_model
+from engine.training.checkpoint import commit_checkpoint, latest_checkpoint, read_state
+from engine.training.metrics import MetricsLog
+from engine.types import EpisodeResult
+
+from .inference import TorchInferenceEngine
+from .trainer import TorchTrainer
+
+log = logging.getLogger("swarm.backend.torch")
+
+
+def _wrap_lora(model: torch.nn.Module, cfg: SwarmConfig, adapter_dir: Path | None) -> torch.nn.Module:
+    from peft import LoraConfig as PeftLoraConfig
+    from peft import PeftModel, get_peft_model
+
+    if adapter_dir is not None:
+        return PeftModel.from_pretrained(model, str(adapter_dir), is_trainable=True)
+    lc = cfg.lora
+    peft_cfg = PeftLoraConfig(
+        r=lc.rank, lora_alpha=lc.alpha, lora_dropout=lc.dropout, target_modules=lc.target_modules
+    )
+    return get_peft_model(model, peft_cfg)
+
+
+class TorchBackend:
+    def __init__(self, cfg: SwarmConfig) -> None:
+        self.cfg = cfg
+        torch.manual_seed(cfg.model.seed)
+        ckpt = latest_checkpoint(cfg.run_dir)
+        model_cfg = cfg.model
+        if ckpt is not None and not cfg.lora.enabled:
+            model_cfg = cfg.model.model_copy(update={"name": str(ckpt / "model")})
+        loaded = load_model(model_cfg)
+        model = loaded.model
+        if cfg.lora.enabled:
+            model = _wrap_lora(model, cfg, ckpt / "adapter" if ckpt is not None else None)
+        else:
+            for p in model.parameters():
+                p.requires_grad_(True)
+        model.eval()
+        self.model = model
+        self.tokenizer = loaded.tokenizer
+        # The (possibly LoRA-wrapped) module, not loaded.model: inference must see the adapter.
+        self.inference = TorchInferenceEngine(
+            model, loaded.tokenizer, stop_token_ids=list(loaded.end_of_turn_ids)
+        )
+        self.trainer = TorchTrainer(model, loaded.tokenizer.pad_token_id, cfg)
+        self.metrics = MetricsLog(cfg.run_dir)
+        if ckpt is not None:
+            state = read_state(ckpt)
+            self.trainer.optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", weights_only=True))
+            self.trainer.global_step = int(state["global_step"])
+            log.info("resumed from %s at step %d", ckpt, self.trainer.global_step)
+
+    @property
+    def global_step(self) -> int:
+        return self.trainer.global_step
+
+    def train_step(self, batch: list[EpisodeResult]) -> dict[str, float]:
+        metrics = self.trainer.train_step(batch)
+        self.metrics.write(metrics)
+        return metrics
+
+    def checkpoint(self) -> bool:
+        every = self.cfg.training.checkpoint_every
+        if self.cfg.run_dir is None or every == 0 or self.global_step % every != 0:
+            return False
+
+        def write(tmp: Path) -> None:
+            if self.cfg.lora.enabled:
+                self.model.save_pretrained(tmp / "adapter")
+            else:
+                self.model.save_pretrained(tmp / "model", safe_serialization=True)
+                self.tokenizer.save_pretrained(tmp / "model")
+            torch.save(self.trainer.optimizer.state_dict(), tmp / "optimizer.pt")
+
+        commit_checkpoint(
+            self.cfg.run_dir,
+            self.global_step,
+            write,
+            {"model": self.cfg.model.name, "lora": self.cfg.lora.enabled},
+        )
+        return True
+
+    def close(self) -> None:
+        self.inference.close()

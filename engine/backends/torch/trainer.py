@@ -1,0 +1,120 @@
+"""The torch trainer: one policy-gradient step on a batch of finished episodes, in place on the live model.
+
+The model object is shared with the inference engine; the server pauses inference around `train_step`,
+so when it resumes the new weights are already the ones serving (no copy, no sync). Full weights or a
+peft LoRA adapter train the same way: only parameters with requires_grad reach the optimizer.
+
+Old log-probs are the ones recorded at sampling time. That is exact here: the server drains in-flight
+training episodes before a step (ROLLING_POST), so every episode in a batch was sampled from the current
+weights, and the recorded values are log_softmax of the same untempered logits the trainer computes.
+The model stays in eval mode while training so dropout cannot make the two disagree.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import nullcontext
+
+import torch
+
+from engine.algorithms import get_advantage_estimator, get_policy_loss
+from engine.algorithms.losses import entropy_from_logits, token_logprobs
+from engine.config import SwarmConfig
+from engine.training.algo_config import advantage_config, loss_config
+from engine.training.batch import build_samples, chunks, collate
+from engine.types import EpisodeResult
+
+
+class TorchTrainer:
+    def __init__(self, model: torch.nn.Module, pad_id: int, cfg: SwarmConfig) -> None:
+        self.model = model
+        self.pad_id = pad_id
+        self.cfg = cfg
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        if not self.params:
+            raise ValueError("model has no trainable parameters")
+        t = cfg.training
+        self.optimizer = torch.optim.AdamW(self.params, lr=t.lr, weight_decay=t.weight_decay)
+        self.advantage_fn = get_advantage_estimator(cfg.algorithm.advantage)
+        self.loss_fn = get_policy_loss(cfg.algorithm.policy_loss)
+        self.adv_cfg = advantage_config(cfg)
+        self.loss_cfg = loss_config(cfg)
+        self.global_step = 0
+
+    def _reference(self):
+        """Context in which the model computes reference log-probs: LoRA disables its adapter."""
+        disable = getattr(self.model, "disable_adapter", None)
+        return disable() if disable is not None else nullcontext()
+
+    def train_step(self, batch: list[EpisodeResult]) -> dict[str, float]:
+        t0 = time.perf_counter()
+        t = self.cfg.training
+        rewards_N = torch.tensor([e.reward for e in batch], dtype=torch.float32)
+        adv_N = self.advantage_fn(
+            rewards_N=rewards_N, group_ids_N=[e.task_id for e in batch], cfg=self.adv_cfg
+        )
+        samples = build_samples(batch, t.merge, adv_N)
+        # Similar lengths side by side waste less padding; the order is deterministic.
+        samples.sort(key=lambda s: s.timeline.n_tokens)
+        totals: dict[str, float] = {}
+        n_micro = 0
+        grad_norms: list[float] = []
+        n_tokens = 0
+        for _ in range(t.ppo_epochs):
+            for mini in chunks(len(samples), t.mini_batch_size):
+                self.optimizer.zero_grad(set_to_none=True)
+                mini_samples = samples[mini]
+                for micro in chunks(len(mini_samples), t.micro_batch_size):
+                    c = collate(mini_samples[micro], self.pad_id)
+                    n_tokens += c.n_tokens
+                    ref_logp = None
+                    if self.loss_cfg.kl_coef > 0:
+                        with torch.no_grad(), self._reference():
+                            ref_logits = self.model(
+                                input_ids=c.input_ids_BT, attention_mask=c.attention_mask_BT
+                            ).logits
+                            ref_logp = token_logprobs(ref_logits[:, :-1].float(), c.target_ids_BT)
+                    logits = (
+                        self.model(input_ids=c.input_ids_BT, attention_mask=c.attention_mask_BT)
+                        .logits[:, :-1]
+                        .float()
+                    )
+                    logp = token_logprobs(logits, c.target_ids_BT)
+                    if self.loss_cfg.entropy_coef > 0:
+                        entropy = entropy_from_logits(logits)
+                    else:
+                        with torch.no_grad():
+                            entropy = entropy_from_logits(logits.detach())
+                    loss, m = self.loss_fn(
+                        logp_BT=logp,
+                        old_logp_BT=c.old_logp_BT,
+                        advantages_B=c.advantages_B,
+                        mask_BT=c.mask_BT,
+                        weights_B=c.weights_B,
+                        cfg=self.loss_cfg,
+                        ref_logp_BT=ref_logp,
+                        entropy_BT=entropy,
+                    )
+                    # Each micro-batch's loss is a mean over its own sequences; weight by its share.
+                    (loss * ((micro.stop - micro.start) / len(mini_samples))).backward()
+                    for k, v in m.items():
+                        totals[k] = totals.get(k, 0.0) + float(v)
+                    n_micro += 1
+                gn = torch.nn.utils.clip_grad_norm_(self.params, t.max_grad_norm)
+                grad_norms.append(float(gn))
+                self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.global_step += 1
+        out = {k: v / max(1, n_micro) for k, v in totals.items()}
+        out.update(
+            step=float(self.global_step),
+            reward_mean=float(rewards_N.mean()),
+            reward_std=float(rewards_N.std()) if len(batch) > 1 else 0.0,
+            episodes=float(len(batch)),
+            samples=float(len(samples)),
+            tokens=float(n_tokens),
+            grad_norm=sum(grad_norms) / max(1, len(grad_norms)),
+            optimizer_steps=float(len(grad_norms)),
+            train_time_s=time.perf_counter() - t0,
+        )
+        return out

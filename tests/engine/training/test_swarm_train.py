@@ -1,0 +1,41 @@
+"""`swarm train` end to end on the tiny model: a real server subprocess, real task clients, real steps."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+
+@pytest.mark.parametrize("task", ["arithmetic", "calculator"])
+def test_swarm_train_runs_to_max_steps_and_resumes(tmp_path, task):
+    job = {
+        "task": task,
+        "eval_size": 4,
+        "max_tokens": 8,
+        "concurrency": 4,
+        "swarm": {
+            "model": {"name": "tiny"},
+            "pool": {"batch_size": 2, "group_size": 2},
+            "training": {"max_steps": 2, "lr": 1e-3, "mini_batch_size": 4, "micro_batch_size": 2},
+        },
+    }
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "engine.cli", "train", "--config", str(tmp_path / "job.yaml"), "--run-dir", str(run_dir)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["final_status"]["global_step"] == 2
+    assert 0.0 <= summary["accuracy_before"] <= 1.0 and 0.0 <= summary["accuracy_after"] <= 1.0
+    steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1.0, 2.0]
+    assert (run_dir / "checkpoints" / "latest").read_text() == "step-000002"
+    # more steps on the same run dir continue from the checkpoint instead of starting over
+    out = subprocess.run(cmd + ["--steps", "3"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1.0, 2.0, 3.0]
