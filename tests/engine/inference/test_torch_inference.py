@@ -341,3 +341,29 @@ def test_real_model_batched_greedy_equals_unbatched():
     hello = seq[0]
     assert hello.finish_reason == "stop" and hello.token_ids[-1] == tok.convert_tokens_to_ids("<|im_end|>")
     assert "<|im_end|>" not in hello.text and hello.text.strip()
+
+
+def test_lora_wrapped_model_batches_and_scores_exactly(tiny, prompts):
+    """The torch backend serves a peft-wrapped module: same batching and logprob guarantees."""
+    import copy
+
+    from peft import LoraConfig, get_peft_model
+
+    base = copy.deepcopy(tiny.model)
+    model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", init_lora_weights=False))
+    model.eval()
+    eng = TorchInferenceEngine(model, tiny.tokenizer, stop_token_ids=tiny.end_of_turn_ids)
+    params = SamplingParams(max_new_tokens=8, temperature=0.9, seed=3)
+    try:
+
+        async def main():
+            seq = await _sequential(eng, prompts, params)
+            return seq, await asyncio.gather(*[eng.generate(p, params) for p in prompts])
+
+        seq, batched = run(main())
+    finally:
+        eng.close()
+    for prompt, a, (b,) in zip(prompts, seq, batched, strict=True):
+        assert b.token_ids == a.token_ids
+        ref = teacher_forced_logprobs(model, prompt, b.token_ids)
+        assert torch.allclose(torch.tensor(b.logprobs), ref, atol=1e-4)

@@ -1,0 +1,94 @@
+"""Turn a stage design into execution-plane blueprints, one per arm, each carrying an engine TrainJob.
+
+The job is built as data (base job <- goal's fixed settings <- the arm's values <- the step budget),
+validated by the engine's own `engine.jobs.TrainJob` before anything is dispatched (so a bad design fails
+here, with the engine's message, instead of in every run), and stored fully expanded: a blueprint
+replays the same configuration even if the engine's defaults change later.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+
+from a3r.blueprints import Blueprint, Budget, deep_merge
+from a3r.leader.design import Arm, StageDesign, arm_label
+from a3r.leader.goals import Goal
+from a3r.leader.knobs import set_dotted
+
+__all__ = ["DEFAULT_BASE_JOB", "LAUNCH_COMMAND", "DesignError", "stage_blueprints", "train_job"]
+
+# What every run of the embedded default does unless the campaign says otherwise: no held-out eval
+# (the leader scores the training-reward curve), small replies, the built-in tiny model.
+DEFAULT_BASE_JOB: dict[str, Any] = {
+    "eval_size": 0,
+    "concurrency": 16,
+    "swarm": {"model": {"name": "tiny"}, "training": {"checkpoint_every": 1}},
+}
+
+
+# The engine keeps its own files (SwarmConfig `config.yaml`, checkpoints, metrics.jsonl, server.log) in its
+# run dir and re-reads them on restart, so it gets the attempt-stable checkpoint dir, never the A3R run dir,
+# whose `config.yaml` is the TrainJob rendered from the blueprint.
+LAUNCH_COMMAND = 'swarm train --config config.yaml --run-dir "$A3R_CHECKPOINT_DIR"'
+
+
+class DesignError(ValueError):
+    """A designed configuration is not a valid engine job; the message carries the engine's reason."""
+
+
+def train_job(goal: Goal, arm: Arm, steps: int, base_job: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The validated, fully expanded TrainJob data for one arm."""
+    from engine.jobs import TrainJob
+
+    data = deep_merge(DEFAULT_BASE_JOB if base_job is None else base_job, {})
+    if goal.factor.key != "task":
+        data["task"] = goal.task
+    for key, value in goal.fixed.items():
+        set_dotted(data, key, value)
+    set_dotted(data, goal.factor.key, arm.x)
+    if goal.secondary is not None:
+        set_dotted(data, goal.secondary.key, arm.level)
+    set_dotted(data, "swarm.training.max_steps", steps)
+    try:
+        job = TrainJob.model_validate(data)
+    except (ValidationError, ValueError) as e:
+        raise DesignError(f"arm {arm_label(goal, arm.x, arm.level)} is not a valid engine job: {e}") from None
+    return job.model_dump(mode="json")
+
+
+def stage_blueprints(
+    goal: Goal, design: StageDesign, *, base_job: dict[str, Any] | None = None, wall_time_s: float = 3600.0
+) -> list[Blueprint]:
+    """One blueprint per arm of the stage, in the design's order."""
+    out = []
+    for arm in design.arms:
+        label = arm_label(goal, arm.x, arm.level)
+        job = train_job(goal, arm, design.steps, base_job)
+        out.append(
+            Blueprint(
+                name=label,
+                purpose=f"{design.purpose} This arm ({label}): {arm.why}.",
+                hypothesis=design.hypothesis,
+                engine_config=job,
+                task=job["task"],
+                seeds=arm.seeds,
+                seed_path="seed",
+                budget=Budget(steps=design.steps, wall_time_s=wall_time_s),
+                metrics=[goal.metric],
+                success_criteria=_success(goal),
+                launch_command=LAUNCH_COMMAND,
+            )
+        )
+    return out
+
+
+def _success(goal: Goal) -> str:
+    if goal.shape in ("minimum", "maximum"):
+        return (
+            f"The run finishes all steps; the arm passes if its {goal.statistic} {goal.metric} "
+            + goal.criterion.describe(goal.metric)
+            + "."
+        )
+    return f"The run finishes all steps; arms are compared by their {goal.statistic} {goal.metric} with bootstrap intervals."

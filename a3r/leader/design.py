@@ -1,0 +1,400 @@
+"""Deterministic multi-stage experimental design: what to run next, given the goal and the evidence so far.
+
+Stage 1 is a coarse grid: the studied variable at `grid_points` values (log-spaced for sizes and rates,
+linear otherwise, or the goal's explicit set) crossed with the secondary variable's levels, each arm run
+with `seeds` seeds. Every later stage follows from the previous evidence (`a3r.analysis.Evidence`):
+
+- minimum/maximum: narrow the bracket between the answer and its failing neighbour with new values
+  strictly inside it; add seeds to arms whose interval straddles the criterion;
+- best: add values on both sides of the best arm (inside the gaps to its tested neighbours); add seeds to
+  arms tied with it; dominated arms get nothing more;
+- effect: add seeds to neighbouring levels whose intervals overlap, and to the extremes when the effect's
+  interval contains 0;
+- compare: add seeds to both sides of a tie.
+Within a stage, `rung_step` (best/compare shapes with 3+ arms) asks the leader to stop dominated arms early
+on their partial learning curves (successive halving, `a3r.analysis.dominated_arms`).
+
+The campaign runs at least `min_stages` (a finished question gets a confirmation stage: more seeds on the
+arms the answer rests on) and at most `max_stages`; no stage exceeds the runs left in `max_runs`. Added
+seeds continue each arm's seed numbers, so an arm's runs pool across stages.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from a3r.analysis import ArmStats, Evidence, fmt
+from a3r.leader.goals import Factor, Goal
+
+__all__ = [
+    "Arm",
+    "BudgetError",
+    "ResearchBudget",
+    "StageDesign",
+    "arm_label",
+    "between",
+    "first_stage",
+    "grid",
+    "next_stage",
+]
+
+
+class BudgetError(ValueError):
+    """The budget cannot hold even the smallest sensible design; the message says what to raise."""
+
+
+class ResearchBudget(BaseModel):
+    """How much a campaign may spend, and how finely it searches."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_stages: int = Field(4, ge=1, le=5, description="Stages at most (the reference study used 2 to 5).")
+    min_stages: int = Field(
+        2, ge=1, le=5, description="A question settled earlier still gets a confirmation stage."
+    )
+    max_runs: int = Field(48, ge=2, description="Runs (configuration x seed) over the whole campaign.")
+    seeds: int = Field(2, ge=1, description="Seeds per new arm, and seeds added per refinement.")
+    max_seeds: int = Field(6, ge=1, description="No arm gets more seeds than this.")
+    steps: int = Field(20, ge=1, description="Training steps per run (swarm.training.max_steps).")
+    wall_time_s: float = Field(3600.0, gt=0, description="Wall-clock limit per attempt.")
+    grid_points: int = Field(5, ge=2, description="Values of the studied variable in the stage-1 grid.")
+    secondary_levels: int = Field(2, ge=2, description="Levels of a secondary numeric variable.")
+    refine_points: int = Field(2, ge=1, description="New values per narrowed interval in later stages.")
+    stage1_share: float = Field(0.6, gt=0, le=1, description="Largest share of max_runs stage 1 may take.")
+    early_stop: bool = Field(True, description="Stop dominated arms at mid-training (best/compare shapes).")
+
+    @model_validator(mode="after")
+    def _check(self) -> ResearchBudget:
+        if self.min_stages > self.max_stages:
+            raise ValueError(f"min_stages ({self.min_stages}) exceeds max_stages ({self.max_stages})")
+        if self.seeds > self.max_seeds:
+            raise ValueError(f"seeds ({self.seeds}) exceeds max_seeds ({self.max_seeds})")
+        return self
+
+
+class Arm(BaseModel):
+    """One configuration of a stage and the seeds it runs with in that stage."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    x: Any = Field(description="Value of the studied variable.")
+    level: Any = Field(None, description="Value of the secondary variable (None without one).")
+    seeds: list[int] = Field(min_length=1)
+    why: str = Field(description="Why this arm is in the stage.")
+
+
+class StageDesign(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    index: int = Field(ge=1, description="1-based stage number.")
+    kind: Literal["grid", "refine", "confirm"]
+    purpose: str
+    hypothesis: str
+    arms: list[Arm] = Field(min_length=1)
+    steps: int = Field(ge=1)
+    rationale: list[str] = Field(default_factory=list, description="The evidence this design follows from.")
+    rung_step: int | None = Field(None, description="Step at which dominated arms are stopped early.")
+    author: str = Field(
+        "offline", description="Who designed it: offline, or llm:<model> (its prose is vetted)."
+    )
+
+    @property
+    def n_runs(self) -> int:
+        return sum(len(a.seeds) for a in self.arms)
+
+
+# -- value grids ----------------------------------------------------------------------------------------
+def _round(factor: Factor, v: float) -> Any:
+    if factor.knob.kind == "int":
+        return int(round(v))
+    return float(f"{v:.2g}")  # 2 significant digits: 3.2e-05, not 3.1622776e-05
+
+
+def grid(factor: Factor, n: int) -> list[Any]:
+    """`n` values over the factor's range (fewer if rounding merges some); its set or choices as given."""
+    if factor.values is not None:
+        vals = list(factor.values)
+        return sorted(vals) if factor.knob.kind != "choice" else vals
+    if factor.knob.scale == "log":
+        raw = np.geomspace(factor.low, factor.high, n)
+    else:
+        raw = np.linspace(factor.low, factor.high, n)
+    return sorted({_round(factor, v) for v in raw})
+
+
+def between(factor: Factor, a: Any, b: Any, k: int, tested: set[Any]) -> list[Any]:
+    """Up to `k` untested values strictly between `a` and `b`, spaced on the factor's scale."""
+    lo, hi = sorted((a, b))
+    if factor.knob.scale == "log" and lo > 0:
+        raw = np.geomspace(lo, hi, k + 2)[1:-1]
+    else:
+        raw = np.linspace(lo, hi, k + 2)[1:-1]
+    vals = {_round(factor, v) for v in raw}
+    if factor.knob.kind == "int" and not vals - tested - {lo, hi} and hi - lo > 1:
+        vals = {(lo + hi) // 2}  # rounding collapsed the points: bisect the integers instead
+    return sorted(v for v in vals if lo < v < hi and v not in tested)
+
+
+def arm_label(goal: Goal, x: Any, level: Any = None) -> str:
+    """Short arm name for tables and run names, e.g. "bs=4,mt=32"."""
+    label = f"{goal.factor.knob.short}={fmt(x)}"
+    if goal.secondary is not None and level is not None:
+        label += f",{goal.secondary.knob.short}={fmt(level)}"
+    return label
+
+
+def _levels(goal: Goal, budget: ResearchBudget) -> list[Any]:
+    return [None] if goal.secondary is None else grid(goal.secondary, budget.secondary_levels)
+
+
+# -- stage 1 --------------------------------------------------------------------------------------------
+def first_stage(goal: Goal, budget: ResearchBudget) -> StageDesign:
+    """The coarse grid, shrunk (fewer points, then fewer seeds) to fit `stage1_share` of the run budget."""
+    levels = _levels(goal, budget)
+    cap = max(2, math.floor(budget.max_runs * budget.stage1_share))
+    points, seeds = budget.grid_points, budget.seeds
+    xs = grid(goal.factor, points)
+    while len(xs) * len(levels) * seeds > cap and goal.factor.values is None and points > 3:
+        points -= 1
+        xs = grid(goal.factor, points)
+    while len(xs) * len(levels) * seeds > cap and seeds > 1:
+        seeds -= 1
+    n = len(xs) * len(levels) * seeds
+    if n > budget.max_runs:
+        raise BudgetError(
+            f"the first stage needs {n} runs ({len(xs)} values x {len(levels)} levels x {seeds} seed) but the "
+            f"budget allows {budget.max_runs}; raise max_runs or name fewer values"
+        )
+    arms = [Arm(x=x, level=lv, seeds=list(range(seeds)), why="coarse grid") for lv in levels for x in xs]
+    sec = f" x {goal.secondary.name} {{{', '.join(fmt(v) for v in levels)}}}" if goal.secondary else ""
+    purpose = (
+        f"Stage 1, coarse grid: {goal.factor.name} {{{', '.join(fmt(x) for x in xs)}}}{sec}, "
+        f"{seeds} seed(s) each, {budget.steps} steps per run."
+    )
+    rationale = [f"Cover {goal.factor.describe()} coarsely before narrowing."]
+    if seeds < budget.seeds:
+        rationale.append(f"Seeds cut to {seeds} to fit {cap} runs ({budget.stage1_share:.0%} of the budget).")
+    rung = _rung(goal, budget, len(arms))
+    return StageDesign(
+        index=1,
+        kind="grid",
+        purpose=purpose,
+        hypothesis=_hypothesis(goal),
+        arms=arms,
+        steps=budget.steps,
+        rationale=rationale,
+        rung_step=rung,
+    )
+
+
+def _rung(goal: Goal, budget: ResearchBudget, n_arms: int) -> int | None:
+    if budget.early_stop and goal.shape in ("best", "compare") and n_arms >= 3 and budget.steps >= 4:
+        return budget.steps // 2
+    return None
+
+
+def _hypothesis(goal: Goal) -> str:
+    f = goal.factor.name
+    return {
+        "minimum": f"Below some {f} training falls short of the criterion ({goal.criterion.describe(goal.metric)}); "
+        f"above it, it does not. Refuted if every tested {f} passes or none does.",
+        "maximum": f"Above some {f} training falls short of the criterion ({goal.criterion.describe(goal.metric)}); "
+        f"below it, it does not. Refuted if every tested {f} passes or none does.",
+        "best": f"One {f} scores clearly higher than the others; refuted if the intervals overlap throughout.",
+        "effect": f"Changing {f} changes the score; refuted if the difference's interval contains 0.",
+        "compare": f"The compared {f} values train differently; refuted if the difference's interval contains 0.",
+    }[goal.shape]
+
+
+# -- later stages ---------------------------------------------------------------------------------------
+def _seeds_used(stages: list[StageDesign]) -> dict[tuple[Any, Any], list[int]]:
+    used: dict[tuple[Any, Any], list[int]] = {}
+    for st in stages:
+        for a in st.arms:
+            used.setdefault((a.level, a.x), []).extend(a.seeds)
+    return used
+
+
+class _Proposals:
+    """Arms proposed for the next stage, in priority order, with the seed bookkeeping."""
+
+    def __init__(self, budget: ResearchBudget, used: dict[tuple[Any, Any], list[int]]):
+        self.budget, self.used = budget, used
+        self.arms: list[Arm] = []
+        self.rationale: list[str] = []
+
+    def has(self, level: Any, x: Any) -> bool:
+        return any(a.level == level and a.x == x for a in self.arms)
+
+    def new(self, level: Any, x: Any, why: str) -> None:
+        if (level, x) not in self.used and not self.has(level, x):
+            self.arms.append(Arm(x=x, level=level, seeds=list(range(self.budget.seeds)), why=why))
+
+    def more_seeds(self, arm: ArmStats, why: str) -> bool:
+        seen = self.used.get((arm.level, arm.x), [])
+        room = self.budget.max_seeds - len(seen)
+        if room <= 0 or self.has(arm.level, arm.x):
+            return False
+        start = max(seen, default=-1) + 1
+        self.arms.append(
+            Arm(
+                x=arm.x,
+                level=arm.level,
+                seeds=list(range(start, start + min(room, self.budget.seeds))),
+                why=why,
+            )
+        )
+        return True
+
+
+def next_stage(
+    goal: Goal, budget: ResearchBudget, stages: list[StageDesign], ev: Evidence
+) -> StageDesign | None:
+    """The next stage's design from the pooled evidence of all stages so far, or None to finish."""
+    index = len(stages) + 1
+    remaining = budget.max_runs - sum(s.n_runs for s in stages)
+    if index > budget.max_stages or remaining < 1:
+        return None
+    props = _Proposals(budget, _seeds_used(stages))
+    tested = {(a.level, a.x) for st in stages for a in st.arms}
+    for le in ev.levels:
+        xs = {x for lv, x in tested if lv == le.level}
+        where = f"at {goal.secondary.name} {fmt(le.level)}: " if goal.secondary is not None else ""
+        if le.threshold is not None:
+            _propose_threshold(goal, budget, le, xs, props, where)
+        elif le.compare is not None:
+            if le.compare.winner is None:
+                props.rationale.append(f"{where}{le.compare.verdict} More seeds on both.")
+                props.more_seeds(le.compare.a, "tie: more seeds")
+                props.more_seeds(le.compare.b, "tie: more seeds")
+        elif le.effect is not None:
+            _propose_effect(le, props, where)
+        elif le.best is not None:
+            _propose_best(goal, budget, le, xs, props, where)
+    kind: Literal["refine", "confirm"] = "refine"
+    if not props.arms and index <= budget.min_stages:
+        kind = "confirm"
+        for le in ev.levels:
+            for arm in _key_arms(le):
+                props.more_seeds(arm, "confirmation: more seeds on the arms the answer rests on")
+        if props.arms:
+            props.rationale.append(
+                "The question looks settled; a confirmation stage re-runs the arms the answer rests on with new seeds."
+            )
+    arms = _fit(props.arms, remaining)
+    if not arms:
+        return None
+    n_new = sum(1 for a in arms if (a.level, a.x) not in tested)
+    purpose = (
+        f"Stage {index}, {kind}: {len(arms)} arm(s) ({n_new} new value(s), {len(arms) - n_new} with added seeds), "
+        f"{sum(len(a.seeds) for a in arms)} run(s) of {budget.steps} steps."
+    )
+    if len(arms) < len(props.arms):
+        props.rationale.append(f"Trimmed to {remaining} run(s) left in the budget.")
+    return StageDesign(
+        index=index,
+        kind=kind,
+        purpose=purpose,
+        hypothesis=_hypothesis(goal),
+        arms=arms,
+        steps=budget.steps,
+        rationale=props.rationale,
+        rung_step=_rung(goal, budget, len(arms)) if kind == "refine" else None,
+    )
+
+
+def _propose_threshold(goal, budget, le, xs, props: _Proposals, where: str) -> None:
+    th, level = le.threshold, le.level
+    if not th.trained and goal.criterion.kind == "relative":
+        props.rationale.append(f"{where}{th.verdict}")
+        return
+    if th.answer is not None and th.neighbour is not None:
+        inside = between(goal.factor, th.neighbour.x, th.answer.x, budget.refine_points, xs)
+        for x in inside:
+            props.new(level, x, f"narrow between {fmt(th.neighbour.x)} and {fmt(th.answer.x)}")
+        if inside:
+            what = "fails" if th.status.get(th.neighbour.label) == "fail" else "is uncertain"
+            props.rationale.append(
+                f"{where}{fmt(th.answer.x)} passes and {fmt(th.neighbour.x)} {what}; testing "
+                f"{', '.join(fmt(x) for x in inside)} in between."
+            )
+    # the arms next to the boundary first: their status decides the answer
+    boundary = [a for a in (th.neighbour, th.answer) if a is not None]
+    others = sorted(
+        (a for a in le.arms if a not in boundary), key=lambda a: abs(a.interval.mean - th.criterion)
+    )
+    for a in boundary + others:
+        if th.status.get(a.label) == "uncertain" and props.more_seeds(
+            a, f"interval straddles the criterion {fmt(th.criterion)}"
+        ):
+            props.rationale.append(
+                f"{where}{a.label}: interval [{fmt(a.interval.lo)}, {fmt(a.interval.hi)}] straddles the criterion "
+                f"{fmt(th.criterion)}; adding seeds."
+            )
+
+
+def _propose_best(goal, budget, le, xs, props: _Proposals, where: str) -> None:
+    best = le.best
+    if goal.factor.knob.kind != "choice":
+        ordered = sorted(xs)
+        i = ordered.index(best.best.x)
+        for nb in (ordered[i - 1] if i > 0 else None, ordered[i + 1] if i + 1 < len(ordered) else None):
+            if nb is None:
+                continue
+            inside = between(goal.factor, nb, best.best.x, 1, xs)
+            for x in inside:
+                props.new(le.level, x, f"refine around the best ({fmt(best.best.x)})")
+            if inside:
+                props.rationale.append(
+                    f"{where}best so far {fmt(best.best.x)}; testing {fmt(inside[0])} towards {fmt(nb)}."
+                )
+    for a in (best.best, *best.tied) if best.tied else ():
+        if props.more_seeds(a, "tied with the best"):
+            props.rationale.append(f"{where}{a.label} overlaps the best arm's interval; adding seeds.")
+    if best.dominated:
+        props.rationale.append(f"{where}dropped as dominated: {', '.join(a.label for a in best.dominated)}.")
+
+
+def _propose_effect(le, props: _Proposals, where: str) -> None:
+    eff = le.effect
+    by_label = {a.label: a for a in le.arms}
+    if eff.direction == "none":
+        for a in (eff.low, eff.high):
+            props.more_seeds(a, "effect interval contains 0")
+        props.rationale.append(f"{where}{eff.verdict} Adding seeds at both ends.")
+    for la, lb in eff.overlapping_neighbours:
+        for a in (by_label[la], by_label[lb]):
+            if props.more_seeds(a, "neighbouring levels overlap"):
+                props.rationale.append(f"{where}{a.label} overlaps its neighbour; adding seeds.")
+
+
+def _key_arms(le) -> list[ArmStats]:
+    """The arms an answer rests on: threshold answer and neighbour, the best and its runner-up, A and B."""
+    if le.threshold is not None:
+        th = le.threshold
+        if th.answer is None:
+            return [max(le.arms, key=lambda a: a.interval.mean)]
+        return [a for a in (th.answer, th.neighbour) if a is not None]
+    if le.compare is not None:
+        return [le.compare.a, le.compare.b]
+    if le.effect is not None:
+        return [le.effect.low, le.effect.high]
+    ranked = sorted(le.arms, key=lambda a: -a.interval.mean)
+    return ranked[:2]
+
+
+def _fit(arms: list[Arm], remaining: int) -> list[Arm]:
+    """Keep arms in priority order while they fit; the last one may get fewer seeds."""
+    out, left = [], remaining
+    for a in arms:
+        if left <= 0:
+            break
+        if len(a.seeds) > left:
+            a = a.model_copy(update={"seeds": a.seeds[:left]})
+        out.append(a)
+        left -= len(a.seeds)
+    return out

@@ -1,0 +1,204 @@
+"""The leader as a LangGraph StateGraph:
+
+    understand -> plan -> write_blueprints -> dispatch -> wait (loop) -> analyse -> write_blueprints | report
+
+- understand: the policy turns the sentence into a `Goal`; the campaign row is created (idempotent).
+- plan: the first stage's design. Later designs come out of `analyse` (the policy's decision).
+- write_blueprints: the design as validated blueprints (engine TrainJobs), kept in the state and written
+  as YAML under the report directory for humans.
+- dispatch: the stage and its runs in the store through `a3r.api.Workspace`. Creation is idempotent by
+  stage name and blueprint hash, so a dispatch re-run after a crash finds its runs instead of duplicating
+  them; the background monitor is started if none runs.
+- wait: one non-blocking look at the stage's runs; stops dominated arms at the early-stop rung; parks the
+  graph with `interrupt()` while runs are unfinished (`a3r.leader.runner` wakes it). Everything before the
+  interrupt is a read or an idempotent write, because the node re-runs from its start on resume.
+- analyse: evidence from the store (`a3r.analysis`), then the policy's decision: next stage or finish.
+- report: Markdown + HTML from the store and the analysis; LLM prose is vetted for numbers.
+
+Compile with a durable checkpointer (`SqliteSaver`, a file separate from the run store) and invoke with
+`{"configurable": {"thread_id": <campaign>}}`; after a crash `graph.invoke(None, config)` continues.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import interrupt
+
+from a3r.analysis import analyse as analyse_evidence
+from a3r.api import Workspace
+from a3r.blueprints import Blueprint
+from a3r.leader.blueprints import stage_blueprints
+from a3r.leader.design import ResearchBudget, StageDesign
+from a3r.leader.goals import Goal
+from a3r.leader.observe import observe
+from a3r.leader.policy import Decision, Policy
+from a3r.leader.provenance import collect_provenance
+from a3r.leader.state import LeaderConfig, LeaderState, StageRecord
+from a3r.leader.waiting import early_drop, ensure_monitor, rung_ready
+from a3r.report import allowed_numbers, build_report_data, question_of, vet_prose, write_report
+from a3r.states import RunState
+
+__all__ = ["build_graph", "effective_budget"]
+
+
+def effective_budget(cfg: LeaderConfig, goal: Goal) -> ResearchBudget:
+    """The configured budget, with the step count the goal names (if it names one)."""
+    return cfg.budget.model_copy(update={"steps": goal.steps}) if goal.steps else cfg.budget
+
+
+def _safe(label: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", label.replace("=", ""))
+
+
+def build_graph(ws: Workspace, policy: Policy) -> StateGraph:
+    """The uncompiled leader graph over one workspace and one policy."""
+
+    def ctx(state: LeaderState) -> tuple[LeaderConfig, Goal, ResearchBudget]:
+        cfg = LeaderConfig.model_validate(state["config"])
+        goal = Goal.model_validate(state["goal"])
+        return cfg, goal, effective_budget(cfg, goal)
+
+    def understand(state: LeaderState) -> dict[str, Any]:
+        cfg = LeaderConfig.model_validate(state["config"])
+        goal = policy.understand(cfg.goal)
+        if cfg.metric:
+            goal = goal.model_copy(update={"metric": cfg.metric})
+        camp = ws.create_campaign(cfg.campaign, cfg.goal)
+        return {
+            "goal": goal.model_dump(mode="json"),
+            "campaign_id": camp.id,
+            "provenance": collect_provenance(ws.db_path, cfg.bootstrap_seed),
+            "stages": [],
+            "pending": None,
+            "status": "planning",
+        }
+
+    def plan(state: LeaderState) -> dict[str, Any]:
+        _cfg, goal, budget = ctx(state)
+        design = policy.plan_stage(goal, budget, [], None)
+        if design is None:
+            raise ValueError("the policy planned no first stage; the goal needs at least one experiment")
+        return {"pending": {"design": design.model_dump(mode="json")}}
+
+    def write_blueprints(state: LeaderState) -> dict[str, Any]:
+        cfg, goal, budget = ctx(state)
+        design = StageDesign.model_validate(state["pending"]["design"])
+        bps = stage_blueprints(goal, design, base_job=cfg.base_job, wall_time_s=budget.wall_time_s)
+        out = Path(cfg.reports_dir) / cfg.campaign / "blueprints" / f"stage-{design.index}"
+        out.mkdir(parents=True, exist_ok=True)
+        for bp in bps:
+            (out / f"{_safe(bp.label)}.yaml").write_text(bp.to_yaml())
+        return {"pending": {**state["pending"], "blueprints": [bp.model_dump(mode="json") for bp in bps]}}
+
+    def dispatch(state: LeaderState) -> dict[str, Any]:
+        design = StageDesign.model_validate(state["pending"]["design"])
+        stage = ws.create_stage(state["campaign_id"], f"stage-{design.index}", design.purpose)
+        arms: dict[str, list[int]] = {}
+        for data in state["pending"]["blueprints"]:
+            bp = Blueprint.model_validate(data)
+            arms[bp.label] = [r.id for r in ws.add_blueprints(stage.id, [bp])]
+        ensure_monitor(ws)
+        rec = StageRecord(
+            index=design.index,
+            design=design.model_dump(mode="json"),
+            stage_id=stage.id,
+            run_ids=[r for ids in arms.values() for r in ids],
+            arms=arms,
+            rung_done=design.rung_step is None,
+            dropped={},
+        )
+        return {"stages": [*state["stages"], rec], "pending": None, "status": "running"}
+
+    def wait(state: LeaderState) -> dict[str, Any]:
+        cfg, goal, _budget = ctx(state)
+        st = state["stages"][-1]
+        status = ws.poll_runs(st["run_ids"])
+        rung = st["design"].get("rung_step")
+        if not status.done and not st["rung_done"] and rung_ready(ws, st["arms"], rung):
+            dropped = early_drop(ws, state["campaign_id"], goal, st, cfg.bootstrap_seed)
+            return {
+                "stages": [*state["stages"][:-1], {**st, "rung_done": True, "dropped": dropped}],
+                "waiting": True,
+            }
+        if status.done:
+            return {"waiting": False}
+        ensure_monitor(ws)  # a monitor that died, or a leader resumed after a reboot, gets one again
+        interrupt(
+            {
+                "stage": st["index"],
+                "run_ids": st["run_ids"],
+                "arms": st["arms"],
+                "rung_step": None if st["rung_done"] else rung,
+            }
+        )
+        return {"waiting": True}
+
+    def analyse(state: LeaderState) -> dict[str, Any]:
+        cfg, goal, budget = ctx(state)
+        records = observe(ws, state["campaign_id"], goal)
+        ev = analyse_evidence(question_of(goal), [r.obs for r in records], seed=cfg.bootstrap_seed)
+        designs = [StageDesign.model_validate(s["design"]) for s in state["stages"]]
+        decision = policy.decide(goal, budget, designs, ev)
+        pending = None
+        if decision.action == "continue" and decision.next_stage is not None:
+            nxt = decision.next_stage.model_copy(update={"index": len(designs) + 1})
+            pending = {"design": nxt.model_dump(mode="json")}
+        st = {
+            **state["stages"][-1],
+            "verdict": ev.answer,
+            "decision": decision.model_dump(mode="json", exclude={"next_stage"}),
+        }
+        return {"stages": [*state["stages"][:-1], st], "pending": pending}
+
+    def report(state: LeaderState) -> dict[str, Any]:
+        cfg, goal, budget = ctx(state)
+        records = observe(ws, state["campaign_id"], goal)
+        data = build_report_data(
+            campaign=cfg.campaign,
+            goal=goal,
+            budget=budget,
+            policy=policy.name,
+            stages=state["stages"],
+            records=records,
+            provenance=state["provenance"],
+            seed=cfg.bootstrap_seed,
+        )
+        decisions = [Decision.model_validate(s["decision"]) for s in state["stages"] if s.get("decision")]
+        allowed = allowed_numbers(data)
+        data.prose = {
+            k: vet_prose(v, allowed) for k, v in policy.narrate(goal, data.evidence, decisions).items()
+        }
+        paths = write_report(data, records, Path(cfg.reports_dir) / cfg.campaign)
+        live = (RunState.PENDING, RunState.DISPATCHED, RunState.RUNNING)
+        if not ws.runs(states=live):
+            ws.stop_monitor()  # nothing left for it in this workspace
+        return {"report": paths, "status": "done"}
+
+    g = StateGraph(LeaderState)
+    for name, fn in (
+        ("understand", understand),
+        ("plan", plan),
+        ("write_blueprints", write_blueprints),
+        ("dispatch", dispatch),
+        ("wait", wait),
+        ("analyse", analyse),
+        ("report", report),
+    ):
+        g.add_node(name, fn)
+    g.add_edge(START, "understand")
+    g.add_edge("understand", "plan")
+    g.add_edge("plan", "write_blueprints")
+    g.add_edge("write_blueprints", "dispatch")
+    g.add_edge("dispatch", "wait")
+    g.add_conditional_edges("wait", lambda s: "wait" if s.get("waiting") else "analyse", ["wait", "analyse"])
+    g.add_conditional_edges(
+        "analyse",
+        lambda s: "write_blueprints" if s.get("pending") else "report",
+        ["write_blueprints", "report"],
+    )
+    g.add_edge("report", END)
+    return g

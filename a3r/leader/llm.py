@@ -1,0 +1,335 @@
+"""The LLM policy: any OpenAI-compatible chat endpoint (openai SDK) with schema-validated JSON answers.
+
+Every request asks for one JSON object (`response_format={"type": "json_object"}`), parsed into a
+pydantic schema and then checked against the project's rules (known variables, valid values, the run
+budget). A malformed or invalid answer is sent back with the validation error, up to `max_attempts`
+times. If the endpoint still gives nothing usable (or fails), the offline policy answers instead and the
+decision records that (`author="offline (LLM fallback: ...)"`), so a long campaign never dies of a bad reply.
+
+The LLM chooses *what to run* and writes prose. It never supplies results: seed numbers are assigned
+here, stage designs are rebuilt from validated arm values, and the report prints only store numbers
+(prose is vetted by `a3r.report.vet_prose`). The project's skills (skills/*/SKILL.md) are the context.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import openai
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from a3r.analysis import Evidence, fmt
+from a3r.leader.design import Arm, ResearchBudget, StageDesign, arm_label, grid
+from a3r.leader.goals import Criterion, Factor, Goal, GoalParseError
+from a3r.leader.knobs import KNOBS, get_knob
+from a3r.leader.policy import Decision, OfflinePolicy
+
+__all__ = ["LLMOutputError", "LLMPolicy", "load_skills"]
+
+T = TypeVar("T")
+SKILLS_DIR = Path(__file__).resolve().parents[2] / "skills"
+
+
+class LLMOutputError(ValueError):
+    """The endpoint gave no valid answer in `max_attempts` tries; the message has the last error."""
+
+
+# -- answer schemas -------------------------------------------------------------------------------------
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class FactorSpec(_Strict):
+    variable: str = Field(description="Dotted TrainJob key of a known variable.")
+    low: float | None = None
+    high: float | None = None
+    values: list[Any] | None = None
+
+
+class GoalSpec(_Strict):
+    shape: Literal["minimum", "maximum", "best", "effect", "compare"]
+    factor: FactorSpec
+    secondary: FactorSpec | None = None
+    task: str = "arithmetic"
+    fixed: dict[str, Any] = Field(default_factory=dict)
+    statistic: Literal["final", "auc"] = "final"
+    criterion: Criterion = Criterion()
+    steps: int | None = None
+    assumptions: list[str] = Field(default_factory=list)
+
+
+class ArmSpec(_Strict):
+    x: Any
+    level: Any = None
+    n_seeds: int = Field(ge=1)
+    why: str = Field(min_length=1)
+
+
+class StageSpec(_Strict):
+    action: Literal["continue", "finish"]
+    reason: str = Field(min_length=1)
+    purpose: str = ""
+    hypothesis: str = ""
+    arms: list[ArmSpec] = Field(default_factory=list)
+
+
+class ProseSpec(_Strict):
+    sections: dict[str, str] = Field(description='Section name ("summary", "stage-1", ...) -> one paragraph.')
+
+
+def load_skills(directory: Path = SKILLS_DIR) -> str:
+    """Every skills/*/SKILL.md, concatenated (empty when the directory is absent, e.g. a wheel install)."""
+    if not directory.is_dir():
+        return ""
+    return "\n\n".join(p.read_text() for p in sorted(directory.glob("*/SKILL.md")))
+
+
+def _catalogue() -> str:
+    lines = []
+    for k in KNOBS:
+        extra = (
+            f"choices {list(k.valid_choices())}"
+            if k.kind == "choice"
+            else f"{k.kind}, {k.scale} scale, default range {k.default_range}"
+        )
+        lines.append(f"- {k.key} ({k.name}): {extra}")
+    return "\n".join(lines)
+
+
+def _json_text(text: str) -> str:
+    """The JSON object in a reply, tolerating ```json fences and chatter around it."""
+    m = re.search(r"\{.*\}", text, flags=re.S)
+    if m is None:
+        raise ValueError("no JSON object found in the reply")
+    return m.group(0)
+
+
+def _why(e: Exception) -> str:
+    if isinstance(e, KeyError):
+        return str(e.args[0])
+    if isinstance(e, ValidationError):
+        return "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '(root)'}: {err['msg']}" for err in e.errors()
+        )
+    return str(e)
+
+
+class LLMPolicy:
+    """A policy backed by an OpenAI-compatible chat endpoint."""
+
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        api_key: str,
+        model: str,
+        max_attempts: int = 3,
+        timeout_s: float = 120.0,
+        skills: str | None = None,
+    ):
+        self.model = model
+        self.name = f"llm:{model}"
+        self.max_attempts = max_attempts
+        self.client = openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=2)
+        self.offline = OfflinePolicy()
+        self.system = (
+            "You are the leader of A3R, an autonomous research system that plans RL-training experiments on the "
+            "swarm engine. Reply with exactly one JSON object and nothing else. Numbers you write are never "
+            "reported as results: results come only from the run store.\n\nVariables (TrainJob keys):\n"
+            f"{_catalogue()}\n\nProject skills:\n{load_skills() if skills is None else skills}"
+        )
+
+    # -- the request/validate/retry loop ------------------------------------------------------------------
+    def ask(self, prompt: str, schema: type[BaseModel], check: Callable[[Any], T]) -> T:
+        """Ask until the reply parses as `schema` and passes `check`; the errors are fed back."""
+        messages: list[dict[str, str]] = [
+            {"role": "system", "content": self.system},
+            {"role": "user", "content": prompt},
+        ]
+        last = "no reply"
+        for _ in range(self.max_attempts):
+            resp = self.client.chat.completions.create(
+                model=self.model,
+                messages=messages,
+                response_format={"type": "json_object"},
+                temperature=0,
+            )
+            text = resp.choices[0].message.content or ""
+            try:
+                return check(schema.model_validate_json(_json_text(text)))
+            except (ValidationError, ValueError, KeyError) as e:  # KeyError: an unknown variable name
+                last = _why(e)
+            messages += [
+                {"role": "assistant", "content": text},
+                {
+                    "role": "user",
+                    "content": f"That answer is invalid: {last}. Reply with the corrected JSON object only.",
+                },
+            ]
+        raise LLMOutputError(
+            f"{self.name} gave no valid answer in {self.max_attempts} attempts; last error: {last}"
+        )
+
+    # -- Policy -------------------------------------------------------------------------------------------
+    def understand(self, text: str) -> Goal:
+        schema = json.dumps(GoalSpec.model_json_schema())
+        prompt = (
+            f"Research goal: {text!r}\n\nTurn it into this JSON schema: {schema}\n"
+            "shape: minimum/maximum (smallest/largest value that still achieves the objective), best, effect, "
+            "compare. factor/secondary.variable must be one of the TrainJob keys above; give low+high or values."
+        )
+        try:
+            return self.ask(prompt, GoalSpec, lambda spec: self._goal(text, spec))
+        except (LLMOutputError, openai.APIError) as e:
+            try:
+                goal = self.offline.understand(text)
+            except GoalParseError as pe:
+                raise GoalParseError(f"the LLM failed ({e}) and {pe.problem}", pe.understood) from None
+            return goal.model_copy(
+                update={"assumptions": [*goal.assumptions, f"read by the offline parser: {e}"]}
+            )
+
+    def _goal(self, text: str, spec: GoalSpec) -> Goal:
+        factor = self._factor(spec.factor)
+        return Goal(
+            text=text,
+            shape=spec.shape,
+            factor=factor,
+            secondary=self._factor(spec.secondary) if spec.secondary else None,
+            task=spec.task,
+            fixed=spec.fixed,
+            statistic=spec.statistic,
+            criterion=spec.criterion,
+            steps=spec.steps,
+            assumptions=spec.assumptions,
+        )
+
+    @staticmethod
+    def _factor(spec: FactorSpec) -> Factor:
+        knob = get_knob(spec.variable)
+        return Factor(key=knob.key, low=spec.low, high=spec.high, values=spec.values)
+
+    def plan_stage(
+        self, goal: Goal, budget: ResearchBudget, stages: list[StageDesign], evidence: Evidence | None
+    ) -> StageDesign | None:
+        return self.decide(goal, budget, stages, evidence).next_stage if stages else self._first(goal, budget)
+
+    def _first(self, goal: Goal, budget: ResearchBudget) -> StageDesign:
+        reference = self.offline.plan_stage(goal, budget, [], None)
+        prompt = (
+            self._context(goal, budget, [], None, reference) + "\nDesign stage 1 (action must be continue)."
+        )
+        try:
+            return self.ask(prompt, StageSpec, lambda spec: self._design(goal, budget, [], spec))
+        except (LLMOutputError, openai.APIError):
+            return reference
+
+    def decide(
+        self, goal: Goal, budget: ResearchBudget, stages: list[StageDesign], evidence: Evidence
+    ) -> Decision:
+        reference = self.offline.decide(goal, budget, stages, evidence)
+        prompt = self._context(goal, budget, stages, evidence, reference.next_stage) + (
+            f"\nThe deterministic policy would {reference.action}: {reference.reason}\n"
+            "Decide: continue with a next stage (arms: new values to narrow, or more seeds where intervals "
+            "overlap) or finish."
+        )
+
+        def check(spec: StageSpec) -> Decision:
+            if spec.action == "finish":
+                return Decision(action="finish", reason=spec.reason, author=self.name)
+            return Decision(
+                action="continue",
+                reason=spec.reason,
+                next_stage=self._design(goal, budget, stages, spec),
+                author=self.name,
+            )
+
+        try:
+            return self.ask(prompt, StageSpec, check)
+        except (LLMOutputError, openai.APIError) as e:
+            return reference.model_copy(update={"author": f"offline (LLM fallback: {str(e)[:200]})"})
+
+    def narrate(self, goal: Goal, evidence: Evidence, decisions: list[Decision]) -> dict[str, str]:
+        prompt = (
+            f"Goal: {goal.describe()}\nEvidence (computed from the store): {evidence.answer}\n"
+            + "".join(f"Stage {i}: {d.action}: {d.reason}\n" for i, d in enumerate(decisions, 1))
+            + 'Write short prose for the report as {"sections": {"summary": ..., "stage-1": ...}}. Interpret; do '
+            "not introduce numbers that are not in the evidence."
+        )
+        try:
+            return self.ask(prompt, ProseSpec, lambda spec: spec.sections)
+        except (LLMOutputError, openai.APIError):
+            return {}
+
+    # -- helpers ------------------------------------------------------------------------------------------
+    def _context(self, goal, budget, stages, evidence, reference: StageDesign | None) -> str:
+        used = sum(s.n_runs for s in stages)
+        parts = [
+            f"Goal: {goal.describe()}",
+            f"Budget: stages {len(stages)} of {budget.max_stages} used, runs {used} of {budget.max_runs} used, "
+            f"{budget.seeds} seeds per new arm, at most {budget.max_seeds} seeds per arm, {budget.steps} steps per run.",
+        ]
+        if evidence is not None:
+            parts.append(f"Evidence so far (from the store): {evidence.answer}")
+            for le in evidence.levels:
+                for a in le.arms:
+                    parts.append(
+                        f"  arm {a.label}: n={a.n} mean {fmt(a.interval.mean)} CI [{fmt(a.interval.lo)}, {fmt(a.interval.hi)}]"
+                    )
+        if reference is not None:
+            arms = [
+                {"x": a.x, "level": a.level, "n_seeds": len(a.seeds), "why": a.why} for a in reference.arms
+            ]
+            parts.append(f"The deterministic design proposes: {json.dumps(arms)}")
+        parts.append(f"Answer with this JSON schema: {json.dumps(StageSpec.model_json_schema())}")
+        return "\n".join(parts)
+
+    def _design(
+        self, goal: Goal, budget: ResearchBudget, stages: list[StageDesign], spec: StageSpec
+    ) -> StageDesign:
+        """A StageDesign from the LLM's arms, with seeds assigned here and the budget enforced."""
+        if spec.action != "continue" or not spec.arms:
+            raise ValueError("a stage needs action 'continue' and at least one arm")
+        index = len(stages) + 1
+        if index > budget.max_stages:
+            raise ValueError(f"the campaign allows {budget.max_stages} stages; answer with action 'finish'")
+        used: dict[tuple[Any, Any], list[int]] = {}
+        for st in stages:
+            for a in st.arms:
+                used.setdefault((a.level, a.x), []).extend(a.seeds)
+        levels = grid(goal.secondary, budget.secondary_levels) if goal.secondary else [None]
+        arms = []
+        for a in spec.arms:
+            x = goal.factor.knob.coerce(a.x)
+            if (
+                goal.factor.values is not None
+                and goal.factor.knob.kind == "choice"
+                and x not in goal.factor.values
+            ):
+                raise ValueError(f"{x!r} is not among the compared values {goal.factor.values}")
+            level = goal.secondary.knob.coerce(a.level) if goal.secondary is not None else None
+            if goal.secondary is not None and level not in levels:
+                raise ValueError(f"level {level!r} is not one of the secondary levels {levels}")
+            seen = used.get((level, x), [])
+            if len(seen) + a.n_seeds > budget.max_seeds:
+                raise ValueError(f"arm {arm_label(goal, x, level)} would exceed max_seeds={budget.max_seeds}")
+            start = max(seen, default=-1) + 1
+            arms.append(Arm(x=x, level=level, seeds=list(range(start, start + a.n_seeds)), why=a.why))
+        n = sum(len(a.seeds) for a in arms)
+        left = budget.max_runs - sum(s.n_runs for s in stages)
+        if n > left:
+            raise ValueError(f"the stage needs {n} runs but only {left} are left in the budget")
+        return StageDesign(
+            index=index,
+            kind="grid" if index == 1 else "refine",
+            purpose=spec.purpose or f"Stage {index}: {spec.reason}",
+            hypothesis=spec.hypothesis or "See the purpose.",
+            arms=arms,
+            steps=budget.steps,
+            rationale=[spec.reason],
+            author=self.name,
+        )

@@ -1,0 +1,124 @@
+"""The leader's pluggable brain: understand the goal, plan a stage, decide what follows the evidence.
+
+`Policy` is the protocol the graph depends on. `OfflinePolicy` is the deterministic one (goal parser +
+experimental design + the analysis verdicts); `a3r.leader.llm.LLMPolicy` asks an OpenAI-compatible
+endpoint and validates every answer. `make_policy` picks the LLM when an endpoint is configured.
+
+Whatever the policy, the evidence (`a3r.analysis.Evidence`) is computed from the store by the graph, and
+the report prints only those numbers: a policy chooses what to run and writes prose, never results.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from a3r.analysis import Evidence
+from a3r.leader.design import ResearchBudget, StageDesign, first_stage, next_stage
+from a3r.leader.goals import Goal, parse_goal
+
+__all__ = ["Decision", "OfflinePolicy", "Policy", "make_policy"]
+
+
+class Decision(BaseModel):
+    """What follows a stage: another stage (with its design) or the final report."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    action: Literal["continue", "finish"]
+    reason: str = Field(description="Why, in words; numbers in it come from the evidence text.")
+    next_stage: StageDesign | None = None
+    author: str = Field("offline", description="Who decided: offline, or llm:<model> (or its fallback).")
+
+
+class Policy(Protocol):
+    """What the leader graph needs from a policy. Every method must be safe to call again after a crash."""
+
+    name: str
+
+    def understand(self, text: str) -> Goal:
+        """The goal as data; raises ValueError (e.g. GoalParseError) with what it understood otherwise."""
+        ...
+
+    def plan_stage(
+        self, goal: Goal, budget: ResearchBudget, stages: list[StageDesign], evidence: Evidence | None
+    ) -> StageDesign | None:
+        """The next stage's design (the first when `stages` is empty), or None when nothing is worth running."""
+        ...
+
+    def decide(
+        self, goal: Goal, budget: ResearchBudget, stages: list[StageDesign], evidence: Evidence
+    ) -> Decision:
+        """Continue (with the next design) or finish, given the pooled evidence of all stages so far."""
+        ...
+
+    def narrate(self, goal: Goal, evidence: Evidence, decisions: list[Decision]) -> dict[str, str]:
+        """Optional prose for the report, by section ("summary", "stage-1", ...). Never the numbers."""
+        ...
+
+
+class OfflinePolicy:
+    """Deterministic: the regex goal parser, `a3r.leader.design` and the analysis verdicts."""
+
+    name = "offline"
+
+    def understand(self, text: str) -> Goal:
+        return parse_goal(text)
+
+    def plan_stage(
+        self, goal: Goal, budget: ResearchBudget, stages: list[StageDesign], evidence: Evidence | None
+    ) -> StageDesign | None:
+        if not stages:
+            return first_stage(goal, budget)
+        if evidence is None:
+            raise ValueError("planning a later stage needs the evidence of the earlier ones")
+        return next_stage(goal, budget, stages, evidence)
+
+    def decide(
+        self, goal: Goal, budget: ResearchBudget, stages: list[StageDesign], evidence: Evidence
+    ) -> Decision:
+        nxt = self.plan_stage(goal, budget, stages, evidence)
+        if nxt is not None:
+            return Decision(action="continue", reason=" ".join(nxt.rationale) or nxt.purpose, next_stage=nxt)
+        return Decision(action="finish", reason=finish_reason(budget, stages, evidence))
+
+    def narrate(self, goal: Goal, evidence: Evidence, decisions: list[Decision]) -> dict[str, str]:
+        return {}
+
+
+def finish_reason(budget: ResearchBudget, stages: list[StageDesign], evidence: Evidence) -> str:
+    """Why the campaign stops here, in words."""
+    used = sum(s.n_runs for s in stages)
+    if len(stages) >= budget.max_stages:
+        why = f"Reached the stage limit ({budget.max_stages})."
+    elif used >= budget.max_runs:
+        why = f"The run budget is spent ({used} of {budget.max_runs} runs)."
+    else:
+        why = "Nothing left to resolve within the budget: no bracket to narrow, no interval that more seeds could separate."
+    return f"{why} {evidence.answer}"
+
+
+def make_policy(
+    *,
+    base_url: str | None = None,
+    api_key: str | None = None,
+    model: str | None = None,
+    offline: bool = False,
+) -> Policy:
+    """The LLM policy when an endpoint is configured (arguments, else A3R_LLM_BASE_URL / A3R_LLM_API_KEY /
+    A3R_LLM_MODEL), otherwise the offline policy. `offline=True` forces the offline one."""
+    base_url = base_url or os.environ.get("A3R_LLM_BASE_URL")
+    model = model or os.environ.get("A3R_LLM_MODEL")
+    if offline or not base_url:
+        return OfflinePolicy()
+    if not model:
+        raise ValueError(
+            "an LLM endpoint is configured (A3R_LLM_BASE_URL) but no model: set A3R_LLM_MODEL or --llm-model"
+        )
+    from a3r.leader.llm import LLMPolicy
+
+    return LLMPolicy(
+        base_url=base_url, api_key=api_key or os.environ.get("A3R_LLM_API_KEY") or "none", model=model
+    )

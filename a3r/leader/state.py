@@ -1,0 +1,64 @@
+"""The leader's configuration and the graph state the checkpointer persists.
+
+The state holds only plain data (dicts, lists, numbers, strings), so any checkpointer serialises it and a
+resumed leader needs nothing but the checkpoint file and the run store. It records what the leader
+*decided* (goal, stage designs, blueprints, run ids, decisions); what the runs *measured* stays in the
+store and is re-read whenever it is needed.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from a3r.leader.blueprints import DEFAULT_BASE_JOB
+from a3r.leader.design import ResearchBudget
+
+__all__ = ["LeaderConfig", "LeaderState", "StageRecord"]
+
+
+class LeaderConfig(BaseModel):
+    """One campaign's leader settings (stored in the first checkpoint; a resume reuses them)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    campaign: str = Field(
+        min_length=1, description="Campaign name: the store's campaign and the graph's thread id."
+    )
+    goal: str = Field(min_length=1, description="The research goal, verbatim.")
+    budget: ResearchBudget = ResearchBudget()
+    base_job: dict[str, Any] = Field(
+        default_factory=lambda: dict(DEFAULT_BASE_JOB),
+        description="TrainJob data every arm starts from (model, eval, concurrency...); the goal's settings go on top.",
+    )
+    metric: str | None = Field(None, description="Override the per-step metric the analysis scores.")
+    reports_dir: str = Field("reports", description="The report goes to <reports_dir>/<campaign>/.")
+    poll_s: float | None = Field(
+        None, gt=0, description="How often a parked leader checks its runs; default the scheduler tick."
+    )
+    bootstrap_seed: int = Field(0, description="Seed of every bootstrap interval (reports are reproducible).")
+
+
+class StageRecord(TypedDict, total=False):
+    index: int  # 1-based
+    design: dict[str, Any]  # StageDesign
+    stage_id: int  # store id
+    run_ids: list[int]
+    arms: dict[str, list[int]]  # arm label -> run ids (successive halving cancels per arm)
+    rung_done: bool  # the early-stop check ran (or the stage has none)
+    dropped: dict[str, str]  # arm label -> why it was stopped early
+    verdict: str  # evidence text after this stage (built from store numbers)
+    decision: dict[str, Any]  # Decision (action, reason, author)
+
+
+class LeaderState(TypedDict, total=False):
+    config: dict[str, Any]  # LeaderConfig
+    campaign_id: int
+    goal: dict[str, Any]  # Goal
+    provenance: dict[str, Any]
+    stages: list[StageRecord]
+    pending: dict[str, Any] | None  # {"design": ..., "blueprints": [...]} planned, not yet dispatched
+    waiting: bool  # the wait node found unfinished runs
+    report: dict[str, Any]  # paths of the written report
+    status: str  # planning | running | done

@@ -1,0 +1,307 @@
+"""Everything a campaign report shows, assembled from the store (via `observe`) and the analysis.
+
+`build_report_data` is the only place report numbers come from: run records read from the store, and
+`a3r.analysis.analyse` over them (per stage: the runs of that stage and all earlier ones). LLM prose
+enters only through `vet_prose`, which replaces any number that does not appear in the evidence.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from a3r.analysis import Evidence, Question, analyse, fmt
+from a3r.leader.design import ResearchBudget, StageDesign
+from a3r.leader.goals import Goal
+from a3r.leader.observe import RunRecord
+
+__all__ = [
+    "ArmRow",
+    "ReportData",
+    "RunRow",
+    "StageView",
+    "allowed_numbers",
+    "build_report_data",
+    "question_of",
+    "vet_prose",
+]
+
+_NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?%?(?![\w])")
+
+
+def question_of(goal: Goal) -> Question:
+    """The analysis view of a goal."""
+    return Question(
+        shape=goal.shape,
+        name=goal.factor.name,
+        statistic=goal.statistic,
+        metric=goal.metric,
+        criterion_kind=goal.criterion.kind,
+        criterion_value=goal.criterion.value,
+        secondary_name=goal.secondary.name if goal.secondary else None,
+    )
+
+
+@dataclass
+class ArmRow:
+    label: str
+    x: Any
+    level: Any
+    n: int
+    mean: float
+    lo: float | None
+    hi: float | None
+    status: str  # pass/fail/uncertain (threshold shapes), best/tied/dominated, or ""
+    run_ids: list[int]
+    scores: list[float]
+
+
+@dataclass
+class RunRow:
+    run_id: int
+    name: str
+    stage: int
+    arm: str
+    seed: int
+    state: str
+    attempts: int
+    host: str
+    config_hash: str
+    blueprint_hash: str
+    final: float | None
+    auc: float | None
+    steps: int
+    episodes: int
+    wall_s: float
+
+
+@dataclass
+class StageView:
+    index: int
+    design: StageDesign
+    run_ids: list[int]
+    arms: list[ArmRow]  # pooled evidence as of this stage, for the arms this stage ran
+    verdict: str
+    decision: dict[str, Any]  # Decision as data (action, reason, author)
+    dropped: dict[str, str]  # arm label -> why it was stopped early
+    figure: str = ""  # file name of the stage's learning-curve figure
+
+
+@dataclass
+class ReportData:
+    campaign: str
+    goal: Goal
+    budget: ResearchBudget
+    policy: str
+    stages: list[StageView]
+    evidence: Evidence  # all stages pooled
+    final_arms: list[ArmRow]
+    runs: list[RunRow]
+    failures: list[dict[str, Any]]  # failed/timed-out/stale attempts and what followed
+    cancelled: list[RunRow]
+    compute: dict[str, Any]
+    provenance: dict[str, Any]
+    prose: dict[str, str] = field(default_factory=dict)
+    figures: dict[str, str] = field(default_factory=dict)  # role -> file name
+
+
+def _status(ev: Evidence, label: str, level: Any) -> str:
+    for le in ev.levels:
+        if le.level != level:
+            continue
+        if le.threshold is not None:
+            return le.threshold.status.get(label, "")
+        if le.best is not None:
+            if le.best.best.label == label:
+                return "best"
+            if any(a.label == label for a in le.best.tied):
+                return "tied"
+            if any(a.label == label for a in le.best.dominated):
+                return "dominated"
+        if le.compare is not None and le.compare.winner is not None:
+            return "better" if le.compare.winner.label == label else "worse"
+    return ""
+
+
+def _arm_rows(ev: Evidence, labels: set[str] | None = None) -> list[ArmRow]:
+    rows = []
+    for le in ev.levels:
+        for a in le.arms:
+            if labels is not None and a.label not in labels:
+                continue
+            iv = a.interval.as_dict()
+            rows.append(
+                ArmRow(
+                    label=a.label,
+                    x=a.x,
+                    level=a.level,
+                    n=a.n,
+                    mean=iv["mean"],
+                    lo=iv["lo"],
+                    hi=iv["hi"],
+                    status=_status(ev, a.label, a.level),
+                    run_ids=list(a.run_ids),
+                    scores=list(a.scores),
+                )
+            )
+    return rows
+
+
+def _run_row(r: RunRecord) -> RunRow:
+    s = r.obs.score()
+    last = r.attempts[-1] if r.attempts else None
+    return RunRow(
+        run_id=r.obs.run_id,
+        name=r.name,
+        stage=r.obs.stage,
+        arm=r.obs.label,
+        seed=r.obs.seed,
+        state=r.obs.state,
+        attempts=len(r.attempts),
+        host=last.host if last else "-",
+        config_hash=last.config_hash if last else "-",
+        blueprint_hash=r.blueprint_hash,
+        final=s.final if s else None,
+        auc=s.auc if s else None,
+        steps=r.steps_done,
+        episodes=r.episodes,
+        wall_s=r.wall_s,
+    )
+
+
+def build_report_data(
+    *,
+    campaign: str,
+    goal: Goal,
+    budget: ResearchBudget,
+    policy: str,
+    stages: list[dict[str, Any]],
+    records: list[RunRecord],
+    provenance: dict[str, Any],
+    seed: int = 0,
+) -> ReportData:
+    """Assemble the report from the leader's stage records (design, decision) and the store's runs."""
+    q = question_of(goal)
+    views = []
+    for st in stages:
+        design = StageDesign.model_validate(st["design"])
+        so_far = [r.obs for r in records if r.obs.stage <= design.index]
+        ev_k = analyse(q, so_far, seed=seed)
+        labels = {r.obs.label for r in records if r.obs.stage == design.index}
+        views.append(
+            StageView(
+                index=design.index,
+                design=design,
+                run_ids=list(st.get("run_ids", [])),
+                arms=_arm_rows(ev_k, labels),
+                verdict=ev_k.answer,
+                decision=st.get("decision") or {},
+                dropped=dict(st.get("dropped") or {}),
+            )
+        )
+    ev = analyse(q, [r.obs for r in records], seed=seed)
+    runs = [_run_row(r) for r in records]
+    failures = []
+    for r in records:
+        for a in r.attempts:
+            if a.state in ("failed", "timed_out", "stale"):
+                retried = a.number < len(r.attempts)
+                failures.append(
+                    {
+                        "run_id": r.obs.run_id,
+                        "name": r.name,
+                        "attempt": a.number,
+                        "state": a.state,
+                        "failure_kind": a.failure_kind or "-",
+                        "reason": a.reason,
+                        "host": a.host,
+                        "outcome": f"retried as attempt {a.number + 1}"
+                        if retried
+                        else f"final (run {r.obs.state})",
+                        "fix": r.attempts[a.number].fix if retried else None,
+                    }
+                )
+    compute = {
+        "runs": len(records),
+        "attempts": sum(len(r.attempts) for r in records),
+        "succeeded": sum(1 for r in records if r.obs.state == "succeeded"),
+        "steps": sum(r.steps_done for r in records),
+        "episodes": sum(r.episodes for r in records),
+        "slot_hours": sum(r.wall_s for r in records) / 3600,
+        "hosts": sorted({a.host for r in records for a in r.attempts}),
+    }
+    data = ReportData(
+        campaign=campaign,
+        goal=goal,
+        budget=budget,
+        policy=policy,
+        stages=views,
+        evidence=ev,
+        final_arms=_arm_rows(ev),
+        runs=runs,
+        failures=failures,
+        cancelled=[row for row in runs if row.state == "cancelled"],
+        compute=compute,
+        provenance=provenance,
+    )
+    allowed = allowed_numbers(data)
+    for v in data.stages:  # what an LLM wrote is prose: its numbers must be the report's own
+        if v.design.author != "offline":
+            v.design = _vet_design(v.design, allowed)
+        if not str(v.decision.get("author", "offline")).startswith("offline"):
+            v.decision = {**v.decision, "reason": vet_prose(v.decision.get("reason", ""), allowed)}
+    return data
+
+
+def _vet_design(design: StageDesign, allowed: set[str]) -> StageDesign:
+    return design.model_copy(
+        update={
+            "purpose": vet_prose(design.purpose, allowed),
+            "hypothesis": vet_prose(design.hypothesis, allowed),
+            "rationale": [vet_prose(r, allowed) for r in design.rationale],
+            "arms": [a.model_copy(update={"why": vet_prose(a.why, allowed)}) for a in design.arms],
+        }
+    )
+
+
+def allowed_numbers(data: ReportData) -> set[str]:
+    """Every number the report prints from the store, the design and the budget (formatted as printed):
+    what LLM prose may repeat. LLM-written text itself is not a source."""
+    texts = [data.evidence.answer, *(v.verdict for v in data.stages)]
+    texts += [
+        v.decision.get("reason", "")
+        for v in data.stages
+        if str(v.decision.get("author", "offline")).startswith("offline")
+    ]
+    nums = {m.group(0).lstrip("+") for t in texts for m in _NUMBER.finditer(t)}
+    for row in data.final_arms + [a for v in data.stages for a in v.arms]:
+        nums |= {
+            fmt(row.x),
+            fmt(row.mean),
+            fmt(row.lo) if row.lo is not None else "",
+            fmt(row.hi) if row.hi is not None else "",
+            str(row.n),
+        }
+    for v in data.stages:
+        nums |= {str(v.index), str(v.design.steps), str(v.design.n_runs), str(len(v.design.arms))}
+        nums |= {fmt(a.x) for a in v.design.arms} | {
+            fmt(a.level) for a in v.design.arms if a.level is not None
+        }
+        nums |= {str(sd) for a in v.design.arms for sd in a.seeds}
+    nums |= {str(r.run_id) for r in data.runs}
+    nums |= {
+        str(x)
+        for x in (data.budget.max_stages, data.budget.max_runs, data.budget.steps, data.budget.max_seeds)
+    }
+    return {n for n in nums if n}
+
+
+def vet_prose(text: str, allowed: set[str]) -> str:
+    """LLM prose with every number that is not one of the report's own replaced by "[unverified]"."""
+
+    def sub(m: re.Match[str]) -> str:
+        tok = m.group(0).lstrip("+")
+        return m.group(0) if tok in allowed or tok.rstrip("%") in allowed else "[unverified]"
+
+    return _NUMBER.sub(sub, text)

@@ -1,0 +1,168 @@
+"""Generation throughput of TorchInferenceEngine: continuous batching vs sequential decoding.
+
+For each concurrency C, C episodes call `generate` at once (one chat prompt each, sampled, fixed number
+of new tokens) and we time until all finish. "batched" is the engine as the server runs it; "sequential"
+is the same engine with max_batch_rows=1, i.e. one request decoded at a time: the unbatched baseline.
+
+    python benchmarks/generation_throughput.py --out results.json
+    python benchmarks/generation_throughput.py --model tiny --concurrency 1 8 --new-tokens 16 --out /tmp/t.json
+
+End-of-turn tokens are ignored by default (`--stop-at-eos` to honour them) so every episode produces
+exactly --new-tokens tokens and runs compare equal work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from engine.backends.base import SamplingParams
+from engine.backends.torch import TorchInferenceEngine
+from engine.config import ModelConfig
+from engine.models import load_model
+
+
+def make_prompts(tokenizer, count: int) -> list[list[int]]:
+    """Distinct short chat prompts (arithmetic questions), like the built-in tasks send."""
+    out = []
+    for i in range(count):
+        a, b = 3 + 7 * i % 50, 11 + 13 * i % 40
+        msg = [{"role": "user", "content": f"What is {a} + {b}? Explain your reasoning briefly."}]
+        out.append(list(tokenizer.apply_chat_template(msg, add_generation_prompt=True, return_dict=False)))
+    return out
+
+
+async def _episodes(engine: TorchInferenceEngine, prompts: list[list[int]], new_tokens: int) -> int:
+    params = [
+        SamplingParams(max_new_tokens=new_tokens, temperature=1.0, top_p=1.0, seed=i)
+        for i in range(len(prompts))
+    ]
+    results = await asyncio.gather(*[engine.generate(p, s) for p, s in zip(prompts, params, strict=True)])
+    return sum(len(c.token_ids) for choices in results for c in choices)
+
+
+def measure(loaded, prompts, new_tokens: int, max_batch_rows: int, stop_ids) -> dict:
+    engine = TorchInferenceEngine.from_loaded(loaded, max_batch_rows=max_batch_rows, stop_token_ids=stop_ids)
+    try:
+        asyncio.run(_episodes(engine, prompts[:1], 4))  # warm-up: first-call allocations and kernel selection
+        engine.stats.reset()
+        t0, c0 = time.perf_counter(), time.process_time()
+        tokens = asyncio.run(_episodes(engine, prompts, new_tokens))
+        seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    finally:
+        engine.close()
+    return {
+        "tokens": tokens,
+        "seconds": round(seconds, 3),
+        "tokens_per_s": round(tokens / seconds, 2),
+        # CPU seconds of all our threads: on a shared machine wall time measures the neighbours too,
+        # CPU time mostly does not (with --threads 1; OpenMP spin-waits inflate it with more threads).
+        "cpu_seconds": round(cpu, 3),
+        "tokens_per_cpu_s": round(tokens / cpu, 2),
+        "forward_passes": engine.stats.forward_passes,
+        "tokens_per_forward_pass": round(tokens / max(engine.stats.forward_passes, 1), 2),
+        "max_rows": engine.stats.max_rows,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument(
+        "--model", default="smollm2-135m", help="model name as in ModelConfig (default smollm2-135m)"
+    )
+    ap.add_argument(
+        "--concurrency", type=int, nargs="+", default=[1, 8, 32], help="concurrent episodes per run"
+    )
+    ap.add_argument("--new-tokens", type=int, default=64, help="new tokens per episode")
+    ap.add_argument(
+        "--threads", type=int, default=None, help="torch.set_num_threads (default: torch's choice)"
+    )
+    ap.add_argument("--no-sequential", action="store_true", help="skip the unbatched baseline")
+    ap.add_argument("--stop-at-eos", action="store_true", help="stop episodes at end-of-turn tokens")
+    ap.add_argument("--out", type=Path, required=True, help="write the results as JSON here")
+    args = ap.parse_args(argv)
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    t0 = time.perf_counter()
+    loaded = load_model(ModelConfig(name=args.model), device="cpu")
+    load_s = time.perf_counter() - t0
+    stop_ids = None if args.stop_at_eos else []
+    prompts = make_prompts(loaded.tokenizer, max(args.concurrency))
+    modes = [("batched", 64)] + ([] if args.no_sequential else [("sequential", 1)])
+
+    load_before = os.getloadavg()  # other jobs on a shared machine skew CPU figures: record them
+    rows = []
+    for c in args.concurrency:
+        for mode, max_rows in modes:
+            r = measure(loaded, prompts[:c], args.new_tokens, max_rows, stop_ids)
+            r.update(concurrency=c, mode=mode)
+            rows.append(r)
+            print(
+                f"  C={c:<3} {mode:<10} {r['tokens_per_s']:8.1f} tok/s  {r['tokens_per_cpu_s']:8.1f} tok/cpu-s  "
+                f"({r['tokens']} tokens, {r['seconds']} s, load {os.getloadavg()[0]:.1f})",
+                file=sys.stderr,
+            )
+
+    ratios = {}
+    for c in args.concurrency:
+        by_mode = {r["mode"]: r for r in rows if r["concurrency"] == c}
+        if "sequential" in by_mode:
+            ratios[str(c)] = round(
+                by_mode["batched"]["tokens_per_s"] / by_mode["sequential"]["tokens_per_s"], 2
+            )
+
+    print(
+        f"\nmodel={args.model} new_tokens={args.new_tokens} torch_threads={torch.get_num_threads()} cpus={os.cpu_count()}"
+    )
+    head = ["episodes", "batched tok/s", "sequential tok/s", "ratio", "batched tok/cpu-s", "seq tok/cpu-s"]
+    print(" | ".join(head))
+    print("-" * len(" | ".join(head)))
+    for c in args.concurrency:
+        b = next(r for r in rows if r["concurrency"] == c and r["mode"] == "batched")
+        s = next((r for r in rows if r["concurrency"] == c and r["mode"] == "sequential"), None)
+        cells = [
+            str(c),
+            f"{b['tokens_per_s']:.1f}",
+            f"{s['tokens_per_s']:.1f}" if s else "-",
+            f"{ratios[str(c)]:.2f}" if str(c) in ratios else "-",
+            f"{b['tokens_per_cpu_s']:.1f}",
+            f"{s['tokens_per_cpu_s']:.1f}" if s else "-",
+        ]
+        print(" | ".join(cell.rjust(len(h)) for cell, h in zip(cells, head, strict=True)))
+
+    report = {
+        "benchmark": "generation_throughput",
+        "model": args.model,
+        "new_tokens": args.new_tokens,
+        "sampling": {"temperature": 1.0, "top_p": 1.0, "stop_at_eos": args.stop_at_eos},
+        "machine": {
+            "platform": platform.platform(),
+            "processor": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(),
+            "torch": torch.__version__,
+            "torch_threads": torch.get_num_threads(),
+            "python": platform.python_version(),
+            "loadavg_1_5_15_before": [round(x, 2) for x in load_before],
+            "loadavg_1_5_15_after": [round(x, 2) for x in os.getloadavg()],
+        },
+        "model_load_s": round(load_s, 2),
+        "results": rows,
+        "batched_over_sequential": ratios,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"\nwrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

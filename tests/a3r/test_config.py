@@ -1,0 +1,63 @@
+"""Workspace config: inventory parsing (local default, ssh hosts with named GPU slots) and its errors."""
+
+import pytest
+
+from a3r.config import CONFIG_FILE, HostSpec, SchedulerConfig, WorkspaceConfig
+from a3r.exceptions import ConfigError
+
+YAML = """
+hosts:
+  - {name: local, slots: 2}
+  - name: gpu-a
+    kind: ssh
+    address: me@10.0.0.7
+    workdir: /scratch/a3r
+    slots: [{name: gpu0, gpus: "0"}, {name: gpu1, gpus: "1"}]
+scheduler:
+  heartbeat_s: 2
+"""
+
+
+def test_default_is_one_local_slot(tmp_path):
+    cfg = WorkspaceConfig.load(tmp_path / CONFIG_FILE)
+    assert [(h.name, h.kind, [s.name for s in h.slots]) for h in cfg.hosts] == [("local", "local", ["0"])]
+    assert cfg.scheduler.stale_after == 20 and cfg.scheduler.tick == 2.5
+
+
+def test_inventory_yaml(tmp_path):
+    (tmp_path / CONFIG_FILE).write_text(YAML)
+    cfg = WorkspaceConfig.load(tmp_path / CONFIG_FILE)
+    assert [s.name for s in cfg.host("local").slots] == ["0", "1"]
+    assert [(s.name, s.gpus) for s in cfg.host("gpu-a").slots] == [("gpu0", "0"), ("gpu1", "1")]
+    assert cfg.scheduler.stale_after == 4
+    cfg.save(tmp_path / "copy.yaml")
+    assert WorkspaceConfig.load(tmp_path / "copy.yaml") == cfg
+
+
+@pytest.mark.parametrize(
+    "data,needle",
+    [
+        ({"hosts": [{"name": "g", "kind": "ssh", "workdir": "/x"}]}, "needs `address"),
+        ({"hosts": [{"name": "g", "kind": "ssh", "address": "h", "workdir": "rel"}]}, "absolute `workdir`"),
+        ({"hosts": [{"name": "a"}, {"name": "a"}]}, "unique"),
+        ({"hosts": [{"name": "a", "slots": 0}]}, "slots must be >= 1"),
+        ({"hosts": [{"name": "a", "slots": ["x", "x"]}]}, "slot names must be unique"),
+        ({"scheduler": {"heartbeat_s": 1, "stale_after_s": 1}}, "must exceed heartbeat_s"),
+        ({"hosts": []}, "hosts"),
+    ],
+)
+def test_errors(data, needle):
+    with pytest.raises(ConfigError) as e:
+        WorkspaceConfig.parse(data)
+    assert needle in str(e.value)
+
+
+def test_unknown_host_lists_known():
+    with pytest.raises(ConfigError, match="known: \\['local'\\]"):
+        WorkspaceConfig().host("nope")
+
+
+def test_frozen_specs():
+    with pytest.raises(ValueError):
+        HostSpec(name="x").name = "y"
+    assert SchedulerConfig(heartbeat_s=0.5).stale_after == 1.0

@@ -1,0 +1,120 @@
+"""Arms become validated engine jobs; the runner and CLI refuse what they cannot do, with a reason."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from a3r.leader import CampaignError, GoalParseError, LeaderConfig, OfflinePolicy, run_campaign
+from a3r.leader.blueprints import LAUNCH_COMMAND, DesignError, stage_blueprints, train_job
+from a3r.leader.cli_commands import add_leader_commands
+from a3r.leader.design import Arm, ResearchBudget, first_stage
+from a3r.leader.goals import parse_goal
+from a3r.leader.runner import resume_campaign
+
+
+def test_train_job_layers_goal_arm_and_budget():
+    goal = parse_goal(
+        "effect of lora rank on countdown with group size 8 using gspo, and whether max tokens matters"
+    )
+    job = train_job(goal, Arm(x=16, level=64, seeds=[0], why="t"), steps=7)
+    assert job["task"] == "countdown" and job["max_tokens"] == 64
+    sw = job["swarm"]
+    assert sw["lora"] == {**sw["lora"], "enabled": True, "rank": 16}
+    assert sw["pool"]["group_size"] == 8 and sw["algorithm"]["policy_loss"] == "gspo"
+    assert sw["algorithm"]["clip_low"] == pytest.approx(3e-4)  # the engine filled gspo's own defaults
+    assert sw["training"]["max_steps"] == 7 and job["eval_size"] == 0
+
+
+def test_invalid_arms_fail_with_the_engines_reason():
+    goal = parse_goal("smallest batch size that trains arithmetic (1 to 8)")
+    base = {"swarm": {"training": {"mini_batch_size": 2, "micro_batch_size": 4}}}
+    with pytest.raises(DesignError, match="micro_batch_size"):
+        train_job(goal, Arm(x=1, seeds=[0], why="t"), steps=2, base_job=base)
+
+
+def test_stage_blueprints_one_per_arm_with_seeds_and_the_checkpoint_run_dir():
+    goal = parse_goal("find the minimum batch size that still trains arithmetic (1 to 4)")
+    design = first_stage(goal, ResearchBudget(steps=3, grid_points=3))
+    bps = stage_blueprints(goal, design, wall_time_s=99)
+    assert [bp.label for bp in bps] == ["bs=1", "bs=2", "bs=4"]
+    bp = bps[0]
+    assert (
+        bp.seeds == [0, 1] and bp.seed_path == "seed" and bp.budget.steps == 3 and bp.budget.wall_time_s == 99
+    )
+    assert bp.launch_command == LAUNCH_COMMAND and "$A3R_CHECKPOINT_DIR" in bp.launch_command
+    assert bp.metrics == ["reward_mean"] and bp.effective_config(5)["seed"] == 5
+    assert len({b.content_hash() for b in bps}) == 3
+
+
+def test_resume_needs_an_existing_campaign(ws):
+    with pytest.raises(CampaignError, match="no campaign 'ghost' to resume"):
+        resume_campaign(ws, OfflinePolicy(), "ghost")
+
+
+def test_a_goal_that_was_never_understood_can_be_replaced(ws, tmp_path):
+    cfg = LeaderConfig(campaign="c", goal="make it better", reports_dir=str(tmp_path / "r"))
+    with pytest.raises(GoalParseError):
+        run_campaign(ws, OfflinePolicy(), cfg)
+    # the same name with another goal starts afresh instead of clashing with the failed one
+    with pytest.raises(GoalParseError, match="names no variable"):
+        run_campaign(ws, OfflinePolicy(), cfg.model_copy(update={"goal": "find the smallest widget"}))
+    assert ws.runs() == []
+
+
+def _parser():
+    p = argparse.ArgumentParser(prog="a3r")
+    p.add_argument("--workspace", default=".")
+    p.add_argument("--db")
+    add_leader_commands(p.add_subparsers(dest="cmd", required=True))
+    return p
+
+
+def test_cli_research_reports_an_unparseable_goal(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("A3R_WORKSPACE", raising=False)
+    monkeypatch.delenv("A3R_LLM_BASE_URL", raising=False)
+    args = _parser().parse_args(["research", "make the model better", "--campaign", "bad"])
+    assert args.fn(args) == 2
+    err = capsys.readouterr().err
+    assert "cannot understand the goal" in err and "find the smallest <variable>" in err
+    assert (tmp_path / "campaigns" / "bad" / "a3r.yaml").exists()  # its own workspace by default
+
+
+def test_cli_options_map_to_budget_and_job():
+    args = _parser().parse_args(
+        [
+            "research",
+            "g",
+            "--steps",
+            "3",
+            "--max-runs",
+            "9",
+            "--set",
+            "swarm.pool.group_size=2",
+            "--model",
+            "tiny",
+        ]
+    )
+    assert (args.steps, args.max_runs, args.set, args.model) == (3, 9, ["swarm.pool.group_size=2"], "tiny")
+    demo = _parser().parse_args(["demo"])
+    assert (demo.steps, demo.grid_points, demo.max_runs, demo.max_stages) == (6, 3, 20, 3)
+    assert _parser().parse_args(["resume", "x"]).campaign == "x"
+
+
+def test_one_leader_per_campaign(ws, tmp_path):
+    import fcntl
+
+    from a3r.leader.runner import checkpoint_path
+
+    lock = checkpoint_path(ws).parent / "leader-busy.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "w") as held:  # another leader holds the campaign
+        held.write("4242")
+        held.flush()
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(CampaignError, match=r"another leader \(pid 4242\) is running campaign 'busy'"):
+            resume_campaign(ws, OfflinePolicy(), "busy")
+    with pytest.raises(CampaignError, match="no campaign 'busy' to resume"):  # released: on to the real check
+        resume_campaign(ws, OfflinePolicy(), "busy")

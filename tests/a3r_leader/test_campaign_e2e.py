@@ -1,0 +1,115 @@
+"""The whole leader on the embedded default: real tmux workers training the tiny model, a real monitor,
+the offline policy. The leader process is SIGKILLed mid-stage and resumed: no run is dispatched twice,
+none is lost, and the campaign finishes with a multi-stage report."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from a3r.api import Workspace
+from a3r.config import HostSpec, SchedulerConfig, WorkspaceConfig
+from a3r.leader import (
+    LeaderConfig,
+    OfflinePolicy,
+    ResearchBudget,
+    StageDesign,
+    checkpoint_path,
+    resume_campaign,
+)
+from a3r.states import RunState
+
+LEADER = """
+import json, sys
+from a3r.api import Workspace
+from a3r.leader import LeaderConfig, OfflinePolicy, run_campaign
+ws = Workspace(sys.argv[1])
+run_campaign(ws, OfflinePolicy(), LeaderConfig.model_validate(json.loads(sys.argv[2])))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_campaign_survives_a_killed_leader(tmp_path):
+    ws = Workspace.create(
+        tmp_path / "ws",
+        WorkspaceConfig(hosts=[HostSpec(name="local", slots=2)], scheduler=SchedulerConfig(heartbeat_s=1.0)),
+    )
+    config = LeaderConfig(
+        campaign="e2e",
+        goal="find the smallest batch size that still trains arithmetic (1 to 2)",
+        budget=ResearchBudget(
+            max_stages=2, min_stages=2, max_runs=8, seeds=2, max_seeds=4, steps=2, grid_points=2
+        ),
+        base_job={
+            "eval_size": 0,
+            "concurrency": 4,
+            "max_tokens": 8,
+            "swarm": {
+                "model": {"name": "tiny"},
+                "pool": {"group_size": 2},
+                "training": {"mini_batch_size": 4, "micro_batch_size": 4},
+            },
+        },
+        reports_dir=str(tmp_path / "reports"),
+        poll_s=0.5,
+    )
+    leader = subprocess.Popen(
+        [sys.executable, "-c", LEADER, str(ws.root), config.model_dump_json()],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while not ws.runs(states=[RunState.RUNNING]):  # kill it while stage 1 is in flight
+            assert leader.poll() is None, leader.stderr.read().decode()[-3000:]
+            assert time.monotonic() < deadline, "no run started"
+            time.sleep(0.2)
+        os.kill(leader.pid, signal.SIGKILL)
+        leader.wait()
+        before = {r.id for r in ws.runs()}
+
+        state = resume_campaign(ws, OfflinePolicy(), "e2e", timeout_s=600)
+
+        assert state["status"] == "done"
+        designs = [StageDesign.model_validate(s["design"]) for s in state["stages"]]
+        assert [d.kind for d in designs] == ["grid", "confirm"]
+        runs = ws.runs()
+        assert before <= {r.id for r in runs}  # nothing the killed leader created was lost
+        assert len(runs) == sum(d.n_runs for d in designs)  # and nothing was created twice
+        assert sorted(s.name for s in ws.store.stages(state["campaign_id"])) == ["stage-1", "stage-2"]
+        for r in runs:
+            assert r.state == RunState.SUCCEEDED, (r.name, r.message)
+            atts = ws.attempts(r.id)
+            # exactly one attempt ran to completion; any earlier one is an infrastructure retry by the plane
+            assert [a.state for a in atts].count("succeeded") == 1, f"run {r.name}: {[a.state for a in atts]}"
+            assert all(a.failure_kind == "infrastructure" for a in atts[:-1]), [a.reason for a in atts]
+        assert sorted(rid for s in state["stages"] for rid in s["run_ids"]) == sorted(r.id for r in runs)
+
+        md = open(state["report"]["markdown"]).read()
+        html = open(state["report"]["html"]).read()
+        assert "## Stage 1 (grid)" in md and "## Stage 2 (confirm)" in md
+        assert "Nothing trained" in md  # the tiny model's random weights never earn a reward
+        for r in runs:
+            assert f"\n| {r.id} | " in md
+        assert "data:image/png;base64," in html
+        assert json.loads(json.dumps(state["provenance"]))["engine_commit"]
+        assert checkpoint_path(ws).exists() and checkpoint_path(ws) != ws.db_path
+        assert ws.monitor_pid() is None  # the leader stopped its monitor when nothing was left to run
+        assert "holds this store's scheduler lease" not in (ws.root / ".a3r" / "monitor.log").read_text()
+
+        again = resume_campaign(ws, OfflinePolicy(), "e2e")  # resuming a finished campaign is a no-op
+        assert again["report"] == state["report"] and len(ws.runs()) == len(runs)
+    finally:
+        if leader.poll() is None:
+            leader.kill()
+        ws.stop_monitor()
+        ws.shutdown()
+        ws.close()

@@ -1,0 +1,145 @@
+"""Experimental design: grids, narrowing, seeds where intervals overlap, stage and run budgets."""
+
+from __future__ import annotations
+
+import pytest
+
+from a3r.analysis import Question, RunObs, analyse
+from a3r.leader.design import BudgetError, ResearchBudget, between, first_stage, grid, next_stage
+from a3r.leader.goals import Factor, parse_goal
+from a3r.report import question_of
+
+
+def test_grids_follow_the_variable_scale():
+    assert grid(Factor(key="swarm.pool.batch_size", low=1, high=64), 5) == [1, 3, 8, 23, 64]
+    assert grid(Factor(key="swarm.training.lr", low=1e-6, high=1e-4), 3) == [1e-6, 1e-5, 1e-4]
+    assert grid(Factor(key="temperature", low=0.5, high=1.5), 3) == [0.5, 1.0, 1.5]
+    assert grid(Factor(key="swarm.pool.group_size", values=[8, 2, 4]), 5) == [2, 4, 8]
+    assert grid(Factor(key="swarm.algorithm.policy_loss", values=["gspo", "dapo"]), 5) == ["gspo", "dapo"]
+
+
+def test_between_narrows_on_the_scale_and_bisects_integers():
+    bs = Factor(key="swarm.pool.batch_size", low=1, high=64)
+    assert between(bs, 4, 16, 2, set()) == [6, 10]  # geometric interior points 6.3, 10.1
+    assert between(bs, 2, 4, 2, set()) == [3]
+    assert between(bs, 3, 4, 2, set()) == []  # nothing left between neighbours
+    assert between(bs, 4, 16, 2, {6}) == [10]
+
+
+def _budget(**kw):
+    return ResearchBudget(**{"max_runs": 60, "steps": 10, **kw})
+
+
+def test_first_stage_grid_with_secondary_levels():
+    goal = parse_goal(
+        "find the minimum batch size that still trains arithmetic (1 to 64), and whether max response length changes that"
+    )
+    s1 = first_stage(goal, _budget())
+    assert s1.index == 1 and s1.kind == "grid" and s1.steps == 10
+    assert sorted({a.x for a in s1.arms}) == [1, 3, 8, 23, 64] and sorted({a.level for a in s1.arms}) == [
+        16,
+        128,
+    ]
+    assert all(a.seeds == [0, 1] for a in s1.arms) and s1.n_runs == 20
+    assert s1.rung_step is None  # no early stopping on threshold questions
+
+
+def test_first_stage_shrinks_to_the_budget_or_says_what_to_raise():
+    goal = parse_goal("find the minimum batch size that still trains arithmetic (1 to 64)")
+    s1 = first_stage(goal, _budget(max_runs=10))  # 60% of 10 = 6 runs: 3 points x 2 seeds
+    assert s1.n_runs == 6 and len(s1.arms) == 3
+    with pytest.raises(BudgetError, match="raise max_runs"):
+        first_stage(
+            parse_goal("smallest batch size that trains arithmetic, and whether lr changes that"),
+            _budget(max_runs=2),
+        )
+
+
+def _obs_for(stages, score):
+    out, rid = [], 0
+    for st in stages:
+        for a in st.arms:
+            for seed in a.seeds:
+                rid += 1
+                v = score(a.x, a.level, seed)
+                out.append(
+                    RunObs(
+                        rid, st.index, seed, a.x, a.level, f"{a.x},{a.level}", "succeeded", ((1, 0.0), (2, v))
+                    )
+                )
+    return out
+
+
+def _run_campaign(goal, budget, score):
+    stages = [first_stage(goal, budget)]
+    while True:
+        ev = analyse(question_of(goal), _obs_for(stages, score))
+        nxt = next_stage(goal, budget, stages, ev)
+        if nxt is None:
+            return stages, ev
+        stages.append(nxt)
+
+
+def test_minimum_narrows_the_bracket_until_adjacent():
+    goal = parse_goal("find the minimum batch size that still trains arithmetic (1 to 64)")
+    budget = _budget(max_stages=5, min_stages=2)
+    stages, ev = _run_campaign(goal, budget, lambda x, lvl, s: 0.8 if x >= 11 else 0.1)
+    assert stages[1].kind == "refine" and stages[1].rationale[0].startswith("23 passes and 8 fails")
+    assert {a.x for a in stages[1].arms} == {11, 16}
+    th = ev.levels[0].threshold
+    assert th.answer.x == 11 and th.neighbour.x == 10 and th.confident  # bracket closed: nothing left between
+    assert len(stages) <= budget.max_stages
+
+
+def test_uncertain_arms_get_new_seeds_continuing_their_numbering():
+    goal = parse_goal("find the minimum batch size that still trains arithmetic in {1, 4, 16}")
+    budget = _budget(max_seeds=4)
+    # batch size 4 is noisy around the criterion (0.9 * 0.8 = 0.72): its interval straddles it
+    s1 = first_stage(goal, budget)
+    ev = analyse(question_of(goal), _obs_for([s1], lambda x, lvl, s: {1: 0.1, 4: 0.6 + 0.2 * s, 16: 0.8}[x]))
+    s2 = next_stage(goal, budget, [s1], ev)
+    more = [a for a in s2.arms if a.x == 4]
+    assert more and more[0].seeds == [2, 3] and "straddles" in more[0].why
+
+
+def test_settled_question_gets_one_confirmation_stage_then_stops():
+    goal = parse_goal("find the minimum batch size that still trains arithmetic in {1, 2}")
+    budget = _budget(min_stages=2, max_stages=4)
+    stages, _ev = _run_campaign(goal, budget, lambda x, lvl, s: 0.8 if x >= 2 else 0.0)
+    assert [s.kind for s in stages] == ["grid", "confirm"]
+    assert {a.x for a in stages[1].arms} == {1, 2} and all(a.seeds == [2, 3] for a in stages[1].arms)
+
+
+def test_stage_and_run_budgets_are_respected():
+    goal = parse_goal("find the minimum batch size that still trains arithmetic (1 to 64)")
+    budget = _budget(max_runs=12, max_stages=3)
+    stages, _ = _run_campaign(goal, budget, lambda x, lvl, s: 0.8 if x >= 5 else 0.1)
+    assert sum(s.n_runs for s in stages) <= 12 and len(stages) <= 3
+
+
+def test_best_refines_around_the_best_and_reseeds_ties():
+    goal = parse_goal("best group size for arithmetic in {2, 8, 32}")
+    budget = _budget()
+    s1 = first_stage(goal, budget)
+    assert s1.rung_step == 5  # best-of-3: dominated arms are stopped at half the steps
+    ev = analyse(question_of(goal), _obs_for([s1], lambda x, lvl, s: {2: 0.1, 8: 0.7 + 0.1 * s, 32: 0.75}[x]))
+    s2 = next_stage(goal, budget, [s1], ev)
+    xs = {a.x for a in s2.arms}
+    assert {4, 16} <= xs  # new values on both sides of the best
+    assert any(a.x == 32 and a.seeds == [2, 3] for a in s2.arms)  # the best and its tie get seeds
+    assert 2 not in xs  # dominated: nothing more
+
+
+def test_compare_tie_adds_seeds_to_both():
+    goal = parse_goal("gspo versus dapo on arithmetic")
+    s1 = first_stage(goal, _budget())
+    ev = analyse(question_of(goal), _obs_for([s1], lambda x, lvl, s: 0.5 + 0.1 * s))
+    s2 = next_stage(goal, _budget(), [s1], ev)
+    assert {a.x for a in s2.arms} == {"gspo", "dapo"} and all(a.seeds == [2, 3] for a in s2.arms)
+
+
+def test_question_view_of_a_goal():
+    q = question_of(
+        parse_goal("find the minimum batch size that still trains arithmetic efficiently (1 to 64)")
+    )
+    assert q == Question(shape="minimum", name="batch size", statistic="auc")

@@ -1,0 +1,152 @@
+"""Report rendering from a synthetic campaign in a real store: every printed number traces to the store."""
+
+from __future__ import annotations
+
+import re
+
+from a3r.analysis import analyse, fmt
+from a3r.leader.blueprints import stage_blueprints
+from a3r.leader.design import ResearchBudget, first_stage
+from a3r.leader.goals import parse_goal
+from a3r.leader.observe import observe
+from a3r.report import allowed_numbers, build_report_data, question_of, vet_prose, write_report
+
+GOAL = "find the minimum batch size that still trains arithmetic in {1, 4, 16}"
+PROVENANCE = {
+    "engine_commit": "abc123",
+    "engine_dirty": False,
+    "host": "testhost",
+    "python": "3.11",
+    "started_at": "now",
+    "store": "a3r.db",
+    "bootstrap_seed": 0,
+}
+
+
+def _campaign(ws, record):
+    goal = parse_goal(GOAL)
+    budget = ResearchBudget(max_runs=20, steps=4, seeds=3, max_seeds=4)
+    design = first_stage(goal, budget)
+    camp = ws.create_campaign("synth", GOAL)
+    stage = ws.create_stage(camp.id, "stage-1", design.purpose)
+    runs = ws.add_blueprints(stage.id, stage_blueprints(goal, design))
+    level = {1: 0.1, 4: 0.5, 16: 0.8}
+    for run in runs:
+        x = ws.store.blueprint_of(run).engine_config["swarm"]["pool"]["batch_size"]
+        curve = [(s, level[x] * s / 4 + 0.01 * run.seed) for s in range(1, 5)]
+        if run.id == runs[0].id:  # an infrastructure failure, retried as a second attempt
+            record(ws, run.id, curve[:2], outcome="failed", retry=True)
+        if run.id == runs[-1].id:  # a code error: final, excluded from the statistics
+            record(ws, run.id, curve[:1], outcome="failed")
+            continue
+        record(ws, run.id, curve)
+    stages = [
+        {
+            "index": 1,
+            "design": design.model_dump(mode="json"),
+            "run_ids": [r.id for r in runs],
+            "decision": {"action": "finish", "reason": "synthetic", "author": "offline"},
+            "dropped": {},
+        }
+    ]
+    return goal, budget, camp, runs, stages
+
+
+def test_observe_reads_values_curves_and_attempts_from_the_store(ws, record):
+    goal, _b, camp, runs, _s = _campaign(ws, record)
+    recs = observe(ws, camp.id, goal)
+    assert [r.obs.run_id for r in recs] == [r.id for r in runs]
+    first = recs[0]
+    assert first.obs.x == 1 and first.obs.label == "bs=1" and first.obs.state == "succeeded"
+    assert [a.state for a in first.attempts] == ["failed", "succeeded"] and first.obs.attempts == 2
+    assert first.obs.series[-1][0] == 4 and first.steps_done == 4
+    assert first.episodes == 4 * 1 * 4  # steps x batch size x default group size
+    assert recs[-1].obs.state == "failed"
+
+
+def test_report_numbers_come_from_the_store(ws, record, tmp_path):
+    goal, budget, camp, runs, stages = _campaign(ws, record)
+    recs = observe(ws, camp.id, goal)
+    data = build_report_data(
+        campaign="synth",
+        goal=goal,
+        budget=budget,
+        policy="offline",
+        stages=stages,
+        records=recs,
+        provenance=PROVENANCE,
+    )
+    paths = write_report(data, recs, tmp_path / "reports" / "synth")
+    md = open(paths["markdown"]).read()
+    html = open(paths["html"]).read()
+
+    ev = analyse(question_of(goal), [r.obs for r in recs])
+    assert ev.answer in md and data.evidence.answer == ev.answer
+    assert "The smallest batch size that reaches the criterion" in ev.answer
+    for le in ev.levels:
+        for a in le.arms:  # each arm row: label, seeds, mean and CI exactly as the analysis computes them
+            row = f"| {a.label} | {fmt(a.x)} | {a.n} | {fmt(a.interval.mean)} | [{fmt(a.interval.lo)}, {fmt(a.interval.hi)}] |"
+            assert row in md
+    for r in runs:  # provenance: every run with its config and blueprint hashes
+        assert re.search(
+            rf"^\| {r.id} \| 1 \| bs=\d+ \| {r.seed} \| \w+ \| \d \| local \| `[0-9a-f]{{12}}` \| `[0-9a-f]{{12}}` \|",
+            md,
+            re.M,
+        )
+    assert "retried as attempt 2" in md and "final (run failed)" in md
+    assert "Cancelled runs" not in md  # the code error is a failure, not a cancellation
+    assert "Engine commit: `abc123`" in md and "Runs: 9 (8 succeeded), attempts: 10." in md
+    assert "figures/stage-1-curves.png" in md and "figures/score-vs-variable.png" in md
+    assert html.count("data:image/png;base64,") == 2 and 'src="figures' not in html  # self-contained
+    assert sorted(p.name for p in (tmp_path / "reports" / "synth" / "figures").iterdir()) == [
+        "score-vs-variable.png",
+        "stage-1-curves.png",
+    ]
+
+
+def test_llm_prose_may_only_repeat_the_reports_numbers(ws, record):
+    goal, budget, camp, _runs, stages = _campaign(ws, record)
+    recs = observe(ws, camp.id, goal)
+    data = build_report_data(
+        campaign="synth",
+        goal=goal,
+        budget=budget,
+        policy="llm:x",
+        stages=stages,
+        records=recs,
+        provenance=PROVENANCE,
+    )
+    allowed = allowed_numbers(data)
+    best = fmt(data.final_arms[-1].mean)
+    text = f"Batch size 16 reached {best}, and surely 0.999 with 12 seeds."
+    assert (
+        vet_prose(text, allowed)
+        == f"Batch size 16 reached {best}, and surely [unverified] with [unverified] seeds."
+    )
+
+
+def test_llm_written_designs_and_decisions_are_vetted(ws, record):
+    goal, budget, camp, _runs, stages = _campaign(ws, record)
+    design = stages[0]["design"]
+    stages[0] = {
+        **stages[0],
+        "design": {
+            **design,
+            "author": "llm:x",
+            "purpose": "Batch sizes 1, 4 and 16 should reach 0.97 quickly.",
+        },
+        "decision": {"action": "finish", "reason": "16 reached 0.93, done.", "author": "llm:x"},
+    }
+    recs = observe(ws, camp.id, goal)
+    data = build_report_data(
+        campaign="synth",
+        goal=goal,
+        budget=budget,
+        policy="llm:x",
+        stages=stages,
+        records=recs,
+        provenance=PROVENANCE,
+    )
+    view = data.stages[0]
+    assert view.design.purpose == "Batch sizes 1, 4 and 16 should reach [unverified] quickly."
+    assert view.decision["reason"] == "16 reached [unverified], done."
