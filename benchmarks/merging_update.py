@@ -1,0 +1,382 @@
+"""Timeline merging on the multi-turn calculator task: actor-update time with training.merge = off / token / text.
+
+Three swarm servers (one per merge mode, otherwise identical config and model seed) are alive at once and
+are driven in turn, step by step (the order rotates every step), by the same client code on the same data:
+step k of every mode gets the same B calculator items x G episodes. Only one server computes at a time, so
+load from other jobs on the machine hits the three modes alike. Reported per mode and step, from each
+server's `metrics.jsonl`: `train_time_s` (the actor update: batch building with merging, forward/backward,
+optimizer step), `samples` (training sequences after merging), `tokens` (tokens the update forwards),
+`reward_mean`; from the client: LLM calls per episode, tool calls, replies cut by max_tokens.
+
+The agent. `--probe N` first runs the built-in `CalculatorAgent` (engine/tasks/calculator.py) for N eval
+episodes and counts its calls: SmolLM2-135M mostly answers without a `<tool_call>`, so the built-in agent
+ends after one call and there is nothing to merge. The benchmark therefore uses `WorkflowCalculator`, a fixed
+multi-turn workflow over the same items and tools: every episode makes exactly `--turns` LLM calls; after
+each call the environment answers with the tool results when the model called the calculator, otherwise with
+a follow-up user message (a calculator hint, finally "give the final answer"). Reward 1 when the last
+reply's last integer is a * b + c. Every call re-sends the whole conversation (system prompt with the tool
+schema, earlier replies), so the calls of an episode share prefixes, as in real agent loops.
+
+    python benchmarks/merging_update.py --probe 16                       # does the built-in agent make >1 call?
+    python benchmarks/merging_update.py                                   # 2 prompts x G=4, 3 turns, 5 steps
+    python benchmarks/merging_update.py --steps 2 --prompts 1 --group 2 --out-dir /tmp/merge_small   # smoke
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from engine.client import run_episodes  # noqa: E402
+from engine.config import SwarmConfig  # noqa: E402
+from engine.jobs import ServerProcess  # noqa: E402
+from engine.tasks.base import Item, last_integer  # noqa: E402
+from engine.tasks.calculator import TOOLS, CalculatorAgent  # noqa: E402
+from engine.tasks.countdown import safe_eval  # noqa: E402
+
+MODES = ("off", "token", "text")
+
+
+class CallLog:
+    """Per-episode call statistics, appended from the runner's worker threads."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.episodes: list[dict[str, Any]] = []
+
+    def add(self, rec: dict[str, Any]) -> None:
+        with self.lock:
+            self.episodes.append(rec)
+
+    def drain(self) -> list[dict[str, Any]]:
+        with self.lock:
+            out, self.episodes = self.episodes, []
+        return out
+
+
+class CountingLLM:
+    """Wraps an openai client: `llm.chat.completions.create` counts calls, tool calls and finish reasons."""
+
+    def __init__(self, llm: Any) -> None:
+        self._llm = llm
+        self.chat = self
+        self.completions = self
+        self.calls = 0
+        self.tool_calls = 0
+        self.finish: list[str] = []
+
+    def create(self, **kw: Any) -> Any:
+        out = self._llm.chat.completions.create(**kw)
+        self.calls += 1
+        choice = out.choices[0]
+        self.tool_calls += len(choice.message.tool_calls or [])
+        self.finish.append(choice.finish_reason)
+        return out
+
+
+def _run_tools(msg: Any) -> list[dict[str, Any]]:
+    results = []
+    for tc in msg.tool_calls:
+        try:
+            expr = json.loads(tc.function.arguments).get("expression", "")
+        except (json.JSONDecodeError, AttributeError):
+            expr = ""
+        value = safe_eval(str(expr))
+        results.append({"role": "tool", "tool_call_id": tc.id, "content": "error" if value is None else str(value)})
+    return results
+
+
+class WorkflowCalculator(CalculatorAgent):
+    """The calculator task as a fixed `turns`-call workflow (see the module docstring)."""
+
+    name = "calculator-workflow"
+
+    def __init__(self, turns: int = 3, log: CallLog | None = None) -> None:
+        super().__init__(max_turns=turns)
+        self.turns = turns
+        self.log = log
+
+    @staticmethod
+    def _operands(item: Item) -> tuple[int, int, int]:
+        ab, c = item.id.split("+")
+        a, b = ab.split("*")
+        return int(a), int(b), int(c)
+
+    def follow_up(self, item: Item, turn: int) -> str:
+        """The user message after call `turn` (0-based) when the model made no tool call."""
+        a, b, c = self._operands(item)
+        if turn == self.turns - 2:
+            return f"Now give the final answer to {a} * {b} + {c}. Reply with just the number."
+        hints = [f"The calculator says {a} * {b} = {a * b}.", f"And {a * b} + {c} = ? Think step by step."]
+        return hints[min(turn, len(hints) - 1)]
+
+    def run(self, llm: Any, model: str, item: Item, sampling: dict[str, Any]) -> float:
+        llm = CountingLLM(llm)
+        messages: list[dict[str, Any]] = [{"role": "user", "content": item.prompt}]
+        reward = 0.0
+        for turn in range(self.turns):
+            out = llm.chat.completions.create(model=model, messages=messages, tools=TOOLS, **sampling)
+            msg = out.choices[0].message
+            if turn == self.turns - 1:
+                reward = 1.0 if last_integer(msg.content) == item.answer else 0.0
+                break
+            if msg.tool_calls:
+                messages.append(
+                    {"role": "assistant", "content": msg.content or "",
+                     "tool_calls": [tc.model_dump() for tc in msg.tool_calls]}
+                )
+                messages.extend(_run_tools(msg))
+            else:
+                messages.append({"role": "assistant", "content": msg.content or ""})
+                messages.append({"role": "user", "content": self.follow_up(item, turn)})
+        if self.log is not None:
+            self.log.add({"calls": llm.calls, "tool_calls": llm.tool_calls, "finish": llm.finish, "reward": reward})
+        return reward
+
+
+def probe_builtin(args) -> dict[str, Any]:
+    """Run the built-in CalculatorAgent for `args.probe` eval episodes and count its LLM calls."""
+    agent = CalculatorAgent()
+    items = agent.dataset(args.probe, seed=10_000 + args.seed)
+    stats: list[dict[str, Any]] = []
+    sampling = {"temperature": args.temperature, "max_tokens": args.max_tokens}
+    run_dir = Path(args.work_dir) / "probe"
+    run_dir.mkdir(parents=True)
+    server = ServerProcess(run_dir, log_path=run_dir / "server.log")
+    try:
+        with server.client() as client:
+            client.configure(SwarmConfig.model_validate({"model": {"name": args.model, "seed": args.seed},
+                                                         "run_dir": str(run_dir)}))
+            client.start(wait=True)
+
+            def one(ep, it):
+                llm = CountingLLM(ep.openai(max_retries=0))
+                r = agent.run(llm, ep.model, it, sampling)
+                stats.append({"calls": llm.calls, "tool_calls": llm.tool_calls, "finish": llm.finish, "reward": r})
+                return r
+
+            run_episodes(client, items, one, task_id=lambda it: "probe:" + it.id, concurrency=len(items),
+                         is_eval=True, show_progress=False)
+    finally:
+        server.stop()
+    calls = [s["calls"] for s in stats]
+    return {
+        "episodes": len(stats),
+        "calls_per_episode_mean": statistics.fmean(calls) if calls else None,
+        "calls_histogram": {str(k): calls.count(k) for k in sorted(set(calls))},
+        "episodes_with_tool_call": sum(1 for s in stats if s["tool_calls"]),
+        "finish_reasons": {f: sum(s["finish"].count(f) for s in stats) for f in {f for s in stats for f in s["finish"]}},
+        "mean_reward": statistics.fmean(s["reward"] for s in stats) if stats else None,
+    }
+
+
+def swarm_config(args, mode: str, run_dir: Path) -> SwarmConfig:
+    return SwarmConfig.model_validate(
+        {
+            "model": {"name": args.model, "seed": args.seed},
+            "algorithm": {"advantage": "grpo", "policy_loss": "ppo_clip", "agg": "token_mean", "kl_coef": 0.0},
+            "pool": {"policy": "task_count", "batch_size": args.prompts, "group_size": args.group},
+            # One optimizer step per training step in every mode: the mini-batch holds all samples, even
+            # unmerged ones (prompts * group * turns), so modes differ only in what the update forwards.
+            "training": {"lr": args.lr, "max_steps": args.steps, "checkpoint_every": 0, "merge": mode,
+                         "mini_batch_size": max(args.micro, args.prompts * args.group * args.turns),
+                         "micro_batch_size": args.micro},
+            "run_dir": str(run_dir),
+        }
+    )
+
+
+def run_benchmark(args) -> dict[str, Any]:
+    work = Path(args.work_dir)
+    modes = args.modes
+    log = CallLog()
+    agent = WorkflowCalculator(turns=args.turns, log=log)
+    items = agent.dataset(args.prompts * args.steps, seed=args.seed)
+    sampling = {"temperature": args.temperature, "max_tokens": args.max_tokens}
+    servers: dict[str, ServerProcess] = {}
+    clients = {}
+    per_step: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
+    try:
+        for m in modes:
+            d = work / m
+            d.mkdir(parents=True)
+            servers[m] = ServerProcess(d, log_path=d / "server.log")
+            clients[m] = servers[m].client()
+            clients[m].configure(swarm_config(args, m, d))
+            clients[m].start(wait=False)
+        for m in modes:
+            clients[m].wait_for_state({"ROLLING"}, timeout=600)
+        for step in range(args.steps):
+            batch = items[step * args.prompts : (step + 1) * args.prompts]
+            episodes = [it for it in batch for _ in range(args.group)]
+            order = modes[step % len(modes):] + modes[: step % len(modes)]
+            for m in order:
+                log.drain()
+                load = os.getloadavg()[0]
+                t0 = time.perf_counter()
+                res = run_episodes(
+                    clients[m], episodes,
+                    lambda ep, it: agent.run(ep.openai(max_retries=0), ep.model, it, sampling),
+                    task_id=lambda it, s=step: f"s{s}:{it.id}", concurrency=len(episodes), show_progress=False,
+                )
+                t1 = time.perf_counter()
+                clients[m].wait_for_step(step + 1, timeout=3600)
+                t2 = time.perf_counter()
+                eps = log.drain()
+                finishes = [f for e in eps for f in e["finish"]]
+                per_step[m].append({
+                    "step": step + 1, "gen_s": t1 - t0, "wait_s": t2 - t1, "load1": load,
+                    "client_mean_reward": res.mean_reward, "failures": len(res.failures),
+                    "calls_per_episode": statistics.fmean(e["calls"] for e in eps) if eps else None,
+                    "episodes_with_tool_call": sum(1 for e in eps if e["tool_calls"]),
+                    "replies": len(finishes), "replies_cut_by_max_tokens": finishes.count("length"),
+                })
+                print(f"step {step + 1} {m:>5}: gen {t1 - t0:6.1f}s  wait/train {t2 - t1:6.1f}s  "
+                      f"reward {res.mean_reward:.3f}  load {load:.1f}", flush=True)
+    finally:
+        for c in clients.values():
+            c.close()
+        for s in servers.values():
+            s.stop()
+    for m in modes:
+        metrics = [json.loads(line) for line in (work / m / "metrics.jsonl").read_text().splitlines()]
+        for rec, met in zip(per_step[m], metrics, strict=False):
+            rec.update(
+                train_time_s=met["train_time_s"], samples=met["samples"], episodes=met["episodes"],
+                samples_per_episode=met["samples"] / met["episodes"], tokens=met["tokens"],
+                reward=met["reward_mean"], pg_loss=met.get("pg_loss"), clip_frac=met.get("clip_frac"),
+                ratio_mean=met.get("ratio_mean"), grad_norm=met.get("grad_norm"),
+            )
+    return per_step
+
+
+def summarise(per_step: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    out = {}
+    for m, steps in per_step.items():
+        def mean(key, steps=steps):
+            vals = [s[key] for s in steps if s.get(key) is not None]
+            return statistics.fmean(vals) if vals else None
+
+        out[m] = {
+            "train_time_s_mean": mean("train_time_s"),
+            "train_time_s_steady_mean": statistics.fmean(s["train_time_s"] for s in steps[1:]) if len(steps) > 1 else None,
+            "samples_per_episode": mean("samples_per_episode"),
+            "tokens_per_step": mean("tokens"),
+            "calls_per_episode": mean("calls_per_episode"),
+            "gen_s_mean": mean("gen_s"),
+            "reward_curve": [s.get("reward") for s in steps],
+            "mean_reward": mean("reward"),
+            "cut_by_max_tokens": sum(s["replies_cut_by_max_tokens"] for s in steps) / max(1, sum(s["replies"] for s in steps)),
+            "episodes_with_tool_call": sum(s["episodes_with_tool_call"] for s in steps),
+            "ratio_mean": mean("ratio_mean"),
+        }
+    if "off" in out:
+        for m in out:
+            base, t = out["off"]["train_time_s_mean"], out[m]["train_time_s_mean"]
+            out[m]["update_speedup_vs_off"] = base / t if base and t else None
+            bt, tt = out["off"]["tokens_per_step"], out[m]["tokens_per_step"]
+            out[m]["token_reduction_vs_off"] = bt / tt if bt and tt else None
+    return out
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    summary, steps = result["summary"], result["steps"]
+    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(15, 4))
+    colors = {"off": "tab:gray", "token": "tab:blue", "text": "tab:orange"}
+    for m, rec in steps.items():
+        x = [s["step"] for s in rec]
+        ax1.plot(x, [s["reward"] for s in rec], marker="o", color=colors[m], label=m)
+        ax2.plot(x, [s["train_time_s"] for s in rec], marker="o", color=colors[m], label=m)
+    ax1.set(xlabel="training step", ylabel="mean reward", title="reward per step (calculator workflow)")
+    ax2.set(xlabel="training step", ylabel="seconds", title="actor update time per step (train_time_s)")
+    ax1.legend()
+    ax2.legend()
+    names = list(summary)
+    vals = [summary[m]["train_time_s_mean"] for m in names]
+    ax3.bar(names, vals, color=[colors[m] for m in names])
+    for i, m in enumerate(names):
+        sp = summary[m].get("update_speedup_vs_off")
+        ax3.text(i, vals[i], f"{vals[i]:.1f} s\n{sp:.2f}x" if sp else f"{vals[i]:.1f} s", ha="center", va="bottom")
+    ax3.set(ylabel="mean train_time_s", title="actor update time (speed-up vs off)")
+    ax3.set_ylim(0, max(vals) * 1.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="smollm2-135m")
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--prompts", type=int, default=2, help="B: calculator items per step")
+    p.add_argument("--group", type=int, default=4, help="G: episodes per item")
+    p.add_argument("--turns", type=int, default=3, help="LLM calls per episode of the workflow agent")
+    p.add_argument("--max-tokens", type=int, default=32)
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--lr", type=float, default=1e-5)
+    p.add_argument("--micro", type=int, default=4)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
+    p.add_argument("--probe", type=int, default=16, help="episodes of the built-in agent to count calls (0: skip)")
+    p.add_argument("--work-dir", default="/tmp/merging_update")
+    p.add_argument("--out-dir", default="docs/benchmarks")
+    p.add_argument("--name", default="merging")
+    args = p.parse_args()
+    args.modes = tuple(args.modes)
+
+    work = Path(args.work_dir)
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    out_dir = Path(args.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    t_start = time.time()
+    probe = probe_builtin(args) if args.probe else None
+    if probe:
+        print("built-in CalculatorAgent probe:", json.dumps(probe), flush=True)
+    steps = run_benchmark(args) if args.steps else {}
+    result = {
+        "command": "python " + " ".join([sys.argv[0], *sys.argv[1:]]),
+        "machine": "2-core CPU container, no GPU (shared: other jobs ran at the same time, see load1 per step)",
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "args": {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(args).items()},
+        "wall_s": time.time() - t_start,
+        "builtin_agent_probe": probe,
+        "summary": summarise(steps) if steps else None,
+        "steps": steps,
+    }
+    (out_dir / f"{args.name}.json").write_text(json.dumps(result, indent=2))
+    if steps:
+        plot(result, out_dir / f"{args.name}.png")
+        print(json.dumps(result["summary"], indent=2))
+        print("\n| mode | update s/step | vs off | samples/episode | tokens/step | calls/episode | mean reward |")
+        print("| --- | --- | --- | --- | --- | --- | --- |")
+        for m, s in result["summary"].items():
+            print(f"| {m} | {s['train_time_s_mean']:.2f} | {s.get('update_speedup_vs_off') or 0:.2f}x | "
+                  f"{s['samples_per_episode']:.2f} | {s['tokens_per_step']:.0f} | {s['calls_per_episode']:.2f} | "
+                  f"{s['mean_reward']:.3f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

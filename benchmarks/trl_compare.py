@@ -1,0 +1,401 @@
+"""Our engine vs TRL's GRPOTrainer, side by side in one process, interleaved step by step, on CPU.
+
+Both sides train the same model (`smollm2-135m`, the plain HF directory our model cache holds) on the same
+arithmetic prompts (engine.tasks.arithmetic, same seed, same order, chat format) with the same group size G,
+prompts per step B, reply budget, sampling temperature, learning rate, optimizer (AdamW, constant lr, grad
+clip 1.0), loss family and reward function (`Arithmetic.reward`), for the same number of steps.
+
+- ours: `engine.jobs.train(TrainJob)`, unmodified: it starts a real `swarm serve` subprocess on loopback
+  and runs the arithmetic client (B*G concurrent episodes over HTTP per step). Algorithm: `grpo` advantages
+  + `ppo_clip`, token_mean, kl_coef=0, 1 PPO epoch, mini-batch B*G, micro-batch --micro. Checkpoints off
+  (TRL saves none either).
+- TRL: `GRPOTrainer(use_cpu=True, use_vllm=False, beta=0, loss_type=--trl-loss, scale_rewards="group",
+  num_iterations=1, per_device_train_batch_size=--micro, gradient_accumulation_steps=B*G/--micro)`, so one
+  optimizer step = one generation of B prompts x G completions followed by B*G/micro forward/backward passes,
+  exactly like ours.
+
+Interleaving: the machine is shared, so load changes over minutes. Both trainers are alive at once and a
+baton alternates them step by step (ours step 1, TRL step 1, ours step 2, ...); only the holder computes,
+the other waits on a lock. Our side is timed around `run_episodes` + `wait_for_step` inside `train()`
+(module attributes wrapped for timing and the baton only); TRL's from `on_step_begin` to `on_step_end`
+(its generation happens inside the step). Step 1 of each side is reported separately (warm-up).
+
+Breakdown: ours = client-side episode time (generation over HTTP) + the server's `train_time_s`
+(metrics.jsonl) + the rest (pool drain, state changes, 0.2 s status polling); TRL = `_generate_and_score_
+completions` (generation + reward) + the rest (forward/backward/optimizer).
+
+    python benchmarks/trl_compare.py                       # 4 prompts x G=4, 32 tokens, 8 steps each
+    python benchmarks/trl_compare.py --steps 2 --max-tokens 8 --out-dir /tmp/trl_small   # smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+import engine.jobs as jobs  # noqa: E402
+from engine.client import SwarmClient  # noqa: E402
+from engine.config import SwarmConfig  # noqa: E402
+from engine.models import resolve_model_dir  # noqa: E402
+from engine.tasks.arithmetic import Arithmetic  # noqa: E402
+from engine.tasks.base import Item  # noqa: E402
+
+
+class Baton:
+    """Two players take turns; a finished (or crashed) player never blocks the other."""
+
+    def __init__(self, first: str, players: tuple[str, str]) -> None:
+        self.turn = first
+        self.players = players
+        self.done: set[str] = set()
+        self.cond = threading.Condition()
+
+    def acquire(self, me: str) -> None:
+        with self.cond:
+            self.cond.wait_for(lambda: self.turn == me or self._other(me) in self.done)
+
+    def release(self, me: str) -> None:
+        with self.cond:
+            self.turn = self._other(me)
+            self.cond.notify_all()
+
+    def finish(self, me: str) -> None:
+        with self.cond:
+            self.done.add(me)
+            self.turn = self._other(me)
+            self.cond.notify_all()
+
+    def _other(self, me: str) -> str:
+        return self.players[1] if me == self.players[0] else self.players[0]
+
+
+def load1() -> float:
+    return os.getloadavg()[0]
+
+
+# -- ours --------------------------------------------------------------------------------------------
+def run_ours(args, items: list[Item], run_dir: Path, baton: Baton | None, out: dict) -> None:
+    """engine.jobs.train with timing hooks: per step, episode (generation) time and wait-for-step time."""
+    steps: list[dict] = []
+    out["steps"] = steps
+    orig_run, orig_wait = jobs.run_episodes, SwarmClient.wait_for_step
+    current: dict = {}
+
+    def timed_run(client, episodes, fn, **kw):
+        if baton:
+            baton.acquire("ours")
+        kw["show_progress"] = False
+        current.clear()
+        current.update(t0=time.perf_counter(), load1=load1(), item_ids=sorted({it.id for it in episodes}))
+        res = orig_run(client, episodes, fn, **kw)
+        current["gen_s"] = time.perf_counter() - current["t0"]
+        current["client_mean_reward"] = res.mean_reward
+        current["failures"] = len(res.failures)
+        return res
+
+    def timed_wait(self, step, *a, **kw):
+        t = time.perf_counter()
+        st = orig_wait(self, step, *a, **kw)
+        now = time.perf_counter()
+        steps.append({**current, "step": step, "wait_s": now - t, "step_s": now - current["t0"]})
+        del steps[-1]["t0"]
+        if baton:
+            baton.release("ours")
+        return st
+
+    cfg = SwarmConfig.model_validate(
+        {
+            "model": {"name": args.model, "seed": args.seed},
+            "algorithm": {"advantage": "grpo", "policy_loss": "ppo_clip", "agg": "token_mean", "kl_coef": 0.0,
+                          "clip_low": 0.2, "clip_high": 0.2},
+            "pool": {"policy": "task_count", "batch_size": args.prompts, "group_size": args.group},
+            "training": {"lr": args.lr, "max_steps": args.steps, "checkpoint_every": 0, "ppo_epochs": 1,
+                         "mini_batch_size": args.prompts * args.group, "micro_batch_size": args.micro,
+                         "max_grad_norm": 1.0, "weight_decay": 0.0},
+        }
+    )
+    job = jobs.TrainJob(task="arithmetic", swarm=cfg, seed=args.seed, eval_size=0, temperature=args.temperature,
+                        max_tokens=args.max_tokens, concurrency=args.prompts * args.group)
+    # train() builds its data as task.dataset(B * max_steps, seed): the same items TRL gets.
+    assert [it.id for it in items] == [it.id for it in Arithmetic().dataset(args.prompts * args.steps, args.seed)]
+    jobs.run_episodes, SwarmClient.wait_for_step = timed_run, timed_wait
+    try:
+        t = time.perf_counter()
+        jobs.train(job, run_dir)
+        out["total_s"] = time.perf_counter() - t
+        metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        for s, m in zip(steps, metrics, strict=False):
+            s["reward"] = m["reward_mean"]
+            s["train_time_s"] = m["train_time_s"]
+            s["server_tokens"] = m["tokens"]
+            s["pg_loss"] = m.get("pg_loss")
+            s["grad_norm"] = m.get("grad_norm")
+        out["server_metrics"] = metrics
+    except Exception:  # noqa: BLE001 - report, and let the other side finish
+        out["error"] = traceback.format_exc()
+        print(out["error"], file=sys.stderr)
+    finally:
+        jobs.run_episodes, SwarmClient.wait_for_step = orig_run, orig_wait
+        if baton:
+            baton.finish("ours")
+
+
+# -- TRL ---------------------------------------------------------------------------------------------
+def build_trl(args, items: list[Item], model_dir: Path, work: Path, baton: Baton | None, out: dict):
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    steps: list[dict] = []
+    out["steps"] = steps
+    seen: list[list[str]] = []
+
+    def reward(prompts, completions, answer, item_id, **kw):
+        seen.append(sorted(set(item_id)))
+        return [Arithmetic.reward(c[-1]["content"], Item(i, "", a)) for c, a, i in zip(completions, answer, item_id)]
+
+    class Timer(TrainerCallback):
+        def on_step_begin(self, a, state, control, **kw):
+            if baton:
+                baton.acquire("trl")
+            self.gen0 = gen_time[0]
+            self.load = load1()
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, a, state, control, **kw):
+            dt = time.perf_counter() - self.t0
+            steps.append({"step": state.global_step, "step_s": dt, "gen_s": gen_time[0] - self.gen0,
+                          "load1": self.load, "item_ids": seen[-1] if seen else []})
+            if baton:
+                baton.release("trl")
+
+    ds = Dataset.from_list(
+        [{"prompt": [{"role": "user", "content": it.prompt}], "answer": it.answer, "item_id": it.id} for it in items]
+    )
+    micro = args.micro
+    per_step = args.prompts * args.group
+    cfg = GRPOConfig(
+        output_dir=str(work / "trl"),
+        use_cpu=True,
+        bf16=False,
+        gradient_checkpointing=False,
+        use_vllm=False,
+        beta=0.0,
+        loss_type=args.trl_loss,
+        scale_rewards="group",
+        num_iterations=1,
+        epsilon=0.2,
+        num_generations=args.group,
+        per_device_train_batch_size=micro,
+        gradient_accumulation_steps=per_step // micro,
+        max_completion_length=args.max_tokens,
+        temperature=args.temperature,
+        top_p=1.0,
+        top_k=0,
+        learning_rate=args.lr,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        optim="adamw_torch",
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+        max_steps=args.steps,
+        shuffle_dataset=False,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+        disable_dropout=True,
+        seed=args.seed,
+    )
+    trainer = GRPOTrainer(model=str(model_dir), reward_funcs=reward, args=cfg, train_dataset=ds, callbacks=[Timer()])
+    gen_time = [0.0]
+    orig_gen = trainer._generate_and_score_completions
+
+    def timed_gen(*a, **kw):
+        t = time.perf_counter()
+        try:
+            return orig_gen(*a, **kw)
+        finally:
+            gen_time[0] += time.perf_counter() - t
+
+    trainer._generate_and_score_completions = timed_gen
+    out["config"] = {"generation_batch_size": cfg.generation_batch_size, "steps_per_generation": cfg.steps_per_generation,
+                     "loss_type": cfg.loss_type, "gradient_accumulation_steps": cfg.gradient_accumulation_steps,
+                     "per_device_train_batch_size": cfg.per_device_train_batch_size}
+    return trainer
+
+
+def run_trl(trainer, baton: Baton | None, out: dict) -> None:
+    try:
+        t = time.perf_counter()
+        trainer.train()
+        out["total_s"] = time.perf_counter() - t
+        logs = [h for h in trainer.state.log_history if "reward" in h]
+        for s, h in zip(out["steps"], logs, strict=False):
+            s["reward"] = h["reward"]
+            s["loss"] = h.get("loss")
+            s["grad_norm"] = h.get("grad_norm")
+            s["mean_completion_len"] = h.get("completions/mean_length")
+            s["trl_step_time"] = h.get("step_time")
+        out["log_history"] = trainer.state.log_history
+    except Exception:  # noqa: BLE001
+        out["error"] = traceback.format_exc()
+        print(out["error"], file=sys.stderr)
+    finally:
+        if baton:
+            baton.finish("trl")
+
+
+# -- report ------------------------------------------------------------------------------------------
+def summarise(side: dict) -> dict:
+    steps = side.get("steps", [])
+    steady = steps[1:]
+
+    def med(key):
+        vals = [s[key] for s in steady if s.get(key) is not None]
+        return statistics.median(vals) if vals else None
+
+    def mean(key):
+        vals = [s[key] for s in steady if s.get(key) is not None]
+        return statistics.fmean(vals) if vals else None
+
+    return {
+        "first_step_s": steps[0]["step_s"] if steps else None,
+        "steady_steps": len(steady),
+        "steady_mean_step_s": mean("step_s"),
+        "steady_median_step_s": med("step_s"),
+        "steady_mean_gen_s": mean("gen_s"),
+        "steady_mean_train_time_s": mean("train_time_s"),
+        "steady_mean_load1": mean("load1"),
+        "reward_curve": [s.get("reward") for s in steps],
+        "mean_reward": statistics.fmean([s["reward"] for s in steps if s.get("reward") is not None])
+        if any(s.get("reward") is not None for s in steps)
+        else None,
+    }
+
+
+def plot(result: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    for name, color in (("ours", "tab:blue"), ("trl", "tab:orange")):
+        curve = result["summary"][name]["reward_curve"]
+        ax1.plot(range(1, len(curve) + 1), curve, marker="o", color=color, label=name)
+    ax1.set_xlabel("training step")
+    ax1.set_ylabel("mean reward of the step's batch")
+    ax1.set_title("reward per step (arithmetic, smollm2-135m)")
+    ax1.legend()
+    names = ["ours", "trl"]
+    gen = [result["summary"][n]["steady_mean_gen_s"] or 0 for n in names]
+    tot = [result["summary"][n]["steady_mean_step_s"] or 0 for n in names]
+    rest = [t - g for t, g in zip(tot, gen, strict=True)]
+    ax2.bar(names, gen, color="tab:green", label="generation (+reward)")
+    ax2.bar(names, rest, bottom=gen, color="tab:red", label="update + overhead")
+    for i, t in enumerate(tot):
+        ax2.text(i, t, f"{t:.1f} s", ha="center", va="bottom")
+    ratio = result["ratio_trl_over_ours"]
+    ax2.set_title(f"seconds per step (steady state); TRL/ours = {ratio:.2f}x" if ratio else "seconds per step")
+    ax2.set_ylabel("s / step")
+    ax2.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="smollm2-135m")
+    p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--prompts", type=int, default=4, help="B: prompts per step")
+    p.add_argument("--group", type=int, default=4, help="G: completions per prompt")
+    p.add_argument("--micro", type=int, default=4, help="sequences per forward/backward on both sides")
+    p.add_argument("--max-tokens", type=int, default=32)
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--lr", type=float, default=1e-5)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--trl-loss", default="bnpo", help="TRL loss_type (bnpo = per-micro-batch token mean, as ours computes)")
+    p.add_argument("--order", choices=["interleaved", "sequential"], default="interleaved")
+    p.add_argument("--work-dir", default="/tmp/trl_compare")
+    p.add_argument("--out-dir", default="docs/benchmarks")
+    p.add_argument("--name", default="trl_compare")
+    args = p.parse_args()
+    if (args.prompts * args.group) % args.micro:
+        p.error("--micro must divide prompts * group")
+
+    work = Path(args.work_dir)
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    out_dir = Path(args.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    model_dir = resolve_model_dir(args.model)
+    items = Arithmetic().dataset(args.prompts * args.steps, seed=args.seed)
+    baton = Baton("ours", ("ours", "trl")) if args.order == "interleaved" else None
+    ours: dict = {}
+    trl: dict = {}
+    t_start = time.time()
+    trainer = build_trl(args, items, model_dir, work, baton, trl)
+    if baton:
+        th = threading.Thread(target=run_ours, args=(args, items, work / "ours", baton, ours), daemon=True)
+        th.start()
+        run_trl(trainer, baton, trl)
+        th.join()
+    else:
+        run_ours(args, items, work / "ours", None, ours)
+        run_trl(trainer, None, trl)
+
+    same_prompts = [s.get("item_ids") for s in ours.get("steps", [])] == [s.get("item_ids") for s in trl.get("steps", [])]
+    summary = {"ours": summarise(ours), "trl": summarise(trl)}
+    o, t = summary["ours"]["steady_mean_step_s"], summary["trl"]["steady_mean_step_s"]
+    result = {
+        "command": "python " + " ".join([sys.argv[0], *sys.argv[1:]]),
+        "machine": "2-core CPU container, no GPU (shared: other jobs ran at the same time, see load1 per step)",
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "trl": __import__("trl").__version__,
+        "transformers": __import__("transformers").__version__,
+        "args": vars(args),
+        "same_prompts_per_step": same_prompts,
+        "wall_s": time.time() - t_start,
+        "ratio_trl_over_ours": (t / o) if o and t else None,
+        "summary": summary,
+        "ours": ours,
+        "trl": trl,
+    }
+    (out_dir / f"{args.name}.json").write_text(json.dumps(result, indent=2, default=str))
+    if o and t:
+        plot(result, out_dir / f"{args.name}.png")
+    print(json.dumps({"ratio_trl_over_ours": result["ratio_trl_over_ours"], "same_prompts": same_prompts,
+                      "summary": summary}, indent=2))
+    print(f"\n| side | first step s | steady s/step (mean) | median | generation s | update s | mean load1 |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for name in ("ours", "trl"):
+        s = summary[name]
+        upd = s["steady_mean_train_time_s"] if name == "ours" else (
+            (s["steady_mean_step_s"] or 0) - (s["steady_mean_gen_s"] or 0))
+        print(f"| {name} | {s['first_step_s']:.1f} | {s['steady_mean_step_s']:.1f} | {s['steady_median_step_s']:.1f} | "
+              f"{s['steady_mean_gen_s']:.1f} | {upd:.1f} | {s['steady_mean_load1']:.1f} |")
+    return 0 if "error" not in ours and "error" not in trl else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
