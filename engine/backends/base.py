@@ -40,6 +40,8 @@ class Completion:
 class InferenceEngine(Protocol):
     """Generates completions for concurrent requests; batching across requests is the engine's job."""
 
+    stop_token_ids: tuple[int, ...]  # end-of-turn ids; tracking uses them to cut assistant blocks
+
     async def generate(
         self, prompt_ids: list[int], params: SamplingParams, on_token: TokenCallback | None = None
     ) -> list[Completion]:
@@ -56,6 +58,10 @@ class InferenceEngine(Protocol):
 
     def resume(self) -> None:
         """Release held requests."""
+        ...
+
+    def close(self) -> None:
+        """Stop the engine; pending requests are cancelled."""
         ...
 
 

@@ -221,7 +221,7 @@ class SwarmServer:
         """Render, generate and record one call; returns (completions, parsed choices, prompt length)."""
         backend = self._require_backend()
         rendered = render_prompt(
-            backend.tokenizer, messages, tools, end_of_turn_ids=getattr(backend.inference, "stop_token_ids", None)
+            backend.tokenizer, messages, tools, end_of_turn_ids=backend.inference.stop_token_ids
         )
         limit = self.config.episodes.max_context_tokens
         if len(rendered.token_ids) + params.max_new_tokens > limit:
@@ -252,7 +252,7 @@ class SwarmServer:
         task = asyncio.ensure_future(self.chat(ep, messages, tools, params, on_token=on_token))
         ids: dict[int, list[int]] = {}
         sent: dict[int, str] = {}
-        stops = set(getattr(backend.inference, "stop_token_ids", ()))
+        stops = set(backend.inference.stop_token_ids)
         while not (task.done() and queue.empty()):
             getter = asyncio.ensure_future(queue.get())
             await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
