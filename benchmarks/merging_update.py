@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
@@ -50,6 +51,11 @@ from engine.tasks.calculator import TOOLS, CalculatorAgent  # noqa: E402
 from engine.tasks.countdown import safe_eval  # noqa: E402
 
 MODES = ("off", "token", "text")
+
+
+def cpu_seconds(proc: psutil.Process) -> float:
+    t = proc.cpu_times()
+    return t.user + t.system
 
 
 class CallLog:
@@ -97,7 +103,9 @@ def _run_tools(msg: Any) -> list[dict[str, Any]]:
         except (json.JSONDecodeError, AttributeError):
             expr = ""
         value = safe_eval(str(expr))
-        results.append({"role": "tool", "tool_call_id": tc.id, "content": "error" if value is None else str(value)})
+        results.append(
+            {"role": "tool", "tool_call_id": tc.id, "content": "error" if value is None else str(value)}
+        )
     return results
 
 
@@ -137,15 +145,20 @@ class WorkflowCalculator(CalculatorAgent):
                 break
             if msg.tool_calls:
                 messages.append(
-                    {"role": "assistant", "content": msg.content or "",
-                     "tool_calls": [tc.model_dump() for tc in msg.tool_calls]}
+                    {
+                        "role": "assistant",
+                        "content": msg.content or "",
+                        "tool_calls": [tc.model_dump() for tc in msg.tool_calls],
+                    }
                 )
                 messages.extend(_run_tools(msg))
             else:
                 messages.append({"role": "assistant", "content": msg.content or ""})
                 messages.append({"role": "user", "content": self.follow_up(item, turn)})
         if self.log is not None:
-            self.log.add({"calls": llm.calls, "tool_calls": llm.tool_calls, "finish": llm.finish, "reward": reward})
+            self.log.add(
+                {"calls": llm.calls, "tool_calls": llm.tool_calls, "finish": llm.finish, "reward": reward}
+            )
         return reward
 
 
@@ -160,18 +173,30 @@ def probe_builtin(args) -> dict[str, Any]:
     server = ServerProcess(run_dir, log_path=run_dir / "server.log")
     try:
         with server.client() as client:
-            client.configure(SwarmConfig.model_validate({"model": {"name": args.model, "seed": args.seed},
-                                                         "run_dir": str(run_dir)}))
+            client.configure(
+                SwarmConfig.model_validate(
+                    {"model": {"name": args.model, "seed": args.seed}, "run_dir": str(run_dir)}
+                )
+            )
             client.start(wait=True)
 
             def one(ep, it):
                 llm = CountingLLM(ep.openai(max_retries=0))
                 r = agent.run(llm, ep.model, it, sampling)
-                stats.append({"calls": llm.calls, "tool_calls": llm.tool_calls, "finish": llm.finish, "reward": r})
+                stats.append(
+                    {"calls": llm.calls, "tool_calls": llm.tool_calls, "finish": llm.finish, "reward": r}
+                )
                 return r
 
-            run_episodes(client, items, one, task_id=lambda it: "probe:" + it.id, concurrency=len(items),
-                         is_eval=True, show_progress=False)
+            run_episodes(
+                client,
+                items,
+                one,
+                task_id=lambda it: "probe:" + it.id,
+                concurrency=len(items),
+                is_eval=True,
+                show_progress=False,
+            )
     finally:
         server.stop()
     calls = [s["calls"] for s in stats]
@@ -180,7 +205,9 @@ def probe_builtin(args) -> dict[str, Any]:
         "calls_per_episode_mean": statistics.fmean(calls) if calls else None,
         "calls_histogram": {str(k): calls.count(k) for k in sorted(set(calls))},
         "episodes_with_tool_call": sum(1 for s in stats if s["tool_calls"]),
-        "finish_reasons": {f: sum(s["finish"].count(f) for s in stats) for f in {f for s in stats for f in s["finish"]}},
+        "finish_reasons": {
+            f: sum(s["finish"].count(f) for s in stats) for f in {f for s in stats for f in s["finish"]}
+        },
         "mean_reward": statistics.fmean(s["reward"] for s in stats) if stats else None,
     }
 
@@ -189,13 +216,23 @@ def swarm_config(args, mode: str, run_dir: Path) -> SwarmConfig:
     return SwarmConfig.model_validate(
         {
             "model": {"name": args.model, "seed": args.seed},
-            "algorithm": {"advantage": "grpo", "policy_loss": "ppo_clip", "agg": "token_mean", "kl_coef": 0.0},
+            "algorithm": {
+                "advantage": "grpo",
+                "policy_loss": "ppo_clip",
+                "agg": "token_mean",
+                "kl_coef": 0.0,
+            },
             "pool": {"policy": "task_count", "batch_size": args.prompts, "group_size": args.group},
             # One optimizer step per training step in every mode: the mini-batch holds all samples, even
             # unmerged ones (prompts * group * turns), so modes differ only in what the update forwards.
-            "training": {"lr": args.lr, "max_steps": args.steps, "checkpoint_every": 0, "merge": mode,
-                         "mini_batch_size": max(args.micro, args.prompts * args.group * args.turns),
-                         "micro_batch_size": args.micro},
+            "training": {
+                "lr": args.lr,
+                "max_steps": args.steps,
+                "checkpoint_every": 0,
+                "merge": mode,
+                "mini_batch_size": max(args.micro, args.prompts * args.group * args.turns),
+                "micro_batch_size": args.micro,
+            },
             "run_dir": str(run_dir),
         }
     )
@@ -224,30 +261,50 @@ def run_benchmark(args) -> dict[str, Any]:
         for step in range(args.steps):
             batch = items[step * args.prompts : (step + 1) * args.prompts]
             episodes = [it for it in batch for _ in range(args.group)]
-            order = modes[step % len(modes):] + modes[: step % len(modes)]
+            order = modes[step % len(modes) :] + modes[: step % len(modes)]
             for m in order:
                 log.drain()
                 load = os.getloadavg()[0]
+                proc = psutil.Process(servers[m].proc.pid)
+                c0 = cpu_seconds(proc)
                 t0 = time.perf_counter()
                 res = run_episodes(
-                    clients[m], episodes,
+                    clients[m],
+                    episodes,
                     lambda ep, it: agent.run(ep.openai(max_retries=0), ep.model, it, sampling),
-                    task_id=lambda it, s=step: f"s{s}:{it.id}", concurrency=len(episodes), show_progress=False,
+                    task_id=lambda it, s=step: f"s{s}:{it.id}",
+                    concurrency=len(episodes),
+                    show_progress=False,
                 )
                 t1 = time.perf_counter()
+                c1 = cpu_seconds(proc)
                 clients[m].wait_for_step(step + 1, timeout=3600)
                 t2 = time.perf_counter()
+                c2 = cpu_seconds(proc)
                 eps = log.drain()
                 finishes = [f for e in eps for f in e["finish"]]
-                per_step[m].append({
-                    "step": step + 1, "gen_s": t1 - t0, "wait_s": t2 - t1, "load1": load,
-                    "client_mean_reward": res.mean_reward, "failures": len(res.failures),
-                    "calls_per_episode": statistics.fmean(e["calls"] for e in eps) if eps else None,
-                    "episodes_with_tool_call": sum(1 for e in eps if e["tool_calls"]),
-                    "replies": len(finishes), "replies_cut_by_max_tokens": finishes.count("length"),
-                })
-                print(f"step {step + 1} {m:>5}: gen {t1 - t0:6.1f}s  wait/train {t2 - t1:6.1f}s  "
-                      f"reward {res.mean_reward:.3f}  load {load:.1f}", flush=True)
+                per_step[m].append(
+                    {
+                        "step": step + 1,
+                        "gen_s": t1 - t0,
+                        "wait_s": t2 - t1,
+                        # server CPU seconds (all threads) while it served the episodes / while it trained
+                        "server_cpu_gen_s": c1 - c0,
+                        "server_cpu_train_s": c2 - c1,
+                        "load1": load,
+                        "client_mean_reward": res.mean_reward,
+                        "failures": len(res.failures),
+                        "calls_per_episode": statistics.fmean(e["calls"] for e in eps) if eps else None,
+                        "episodes_with_tool_call": sum(1 for e in eps if e["tool_calls"]),
+                        "replies": len(finishes),
+                        "replies_cut_by_max_tokens": finishes.count("length"),
+                    }
+                )
+                print(
+                    f"step {step + 1} {m:>5}: gen {t1 - t0:6.1f}s  wait/train {t2 - t1:6.1f}s  "
+                    f"reward {res.mean_reward:.3f}  load {load:.1f}",
+                    flush=True,
+                )
     finally:
         for c in clients.values():
             c.close()
@@ -257,10 +314,16 @@ def run_benchmark(args) -> dict[str, Any]:
         metrics = [json.loads(line) for line in (work / m / "metrics.jsonl").read_text().splitlines()]
         for rec, met in zip(per_step[m], metrics, strict=False):
             rec.update(
-                train_time_s=met["train_time_s"], samples=met["samples"], episodes=met["episodes"],
-                samples_per_episode=met["samples"] / met["episodes"], tokens=met["tokens"],
-                reward=met["reward_mean"], pg_loss=met.get("pg_loss"), clip_frac=met.get("clip_frac"),
-                ratio_mean=met.get("ratio_mean"), grad_norm=met.get("grad_norm"),
+                train_time_s=met["train_time_s"],
+                samples=met["samples"],
+                episodes=met["episodes"],
+                samples_per_episode=met["samples"] / met["episodes"],
+                tokens=met["tokens"],
+                reward=met["reward_mean"],
+                pg_loss=met.get("pg_loss"),
+                clip_frac=met.get("clip_frac"),
+                ratio_mean=met.get("ratio_mean"),
+                grad_norm=met.get("grad_norm"),
             )
     return per_step
 
@@ -268,20 +331,25 @@ def run_benchmark(args) -> dict[str, Any]:
 def summarise(per_step: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     out = {}
     for m, steps in per_step.items():
+
         def mean(key, steps=steps):
             vals = [s[key] for s in steps if s.get(key) is not None]
             return statistics.fmean(vals) if vals else None
 
         out[m] = {
             "train_time_s_mean": mean("train_time_s"),
-            "train_time_s_steady_mean": statistics.fmean(s["train_time_s"] for s in steps[1:]) if len(steps) > 1 else None,
+            "train_time_s_steady_mean": statistics.fmean(s["train_time_s"] for s in steps[1:])
+            if len(steps) > 1
+            else None,
             "samples_per_episode": mean("samples_per_episode"),
             "tokens_per_step": mean("tokens"),
             "calls_per_episode": mean("calls_per_episode"),
             "gen_s_mean": mean("gen_s"),
+            "server_cpu_train_s_mean": mean("server_cpu_train_s"),
             "reward_curve": [s.get("reward") for s in steps],
             "mean_reward": mean("reward"),
-            "cut_by_max_tokens": sum(s["replies_cut_by_max_tokens"] for s in steps) / max(1, sum(s["replies"] for s in steps)),
+            "cut_by_max_tokens": sum(s["replies_cut_by_max_tokens"] for s in steps)
+            / max(1, sum(s["replies"] for s in steps)),
             "episodes_with_tool_call": sum(s["episodes_with_tool_call"] for s in steps),
             "ratio_mean": mean("ratio_mean"),
         }
@@ -289,6 +357,8 @@ def summarise(per_step: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         for m in out:
             base, t = out["off"]["train_time_s_mean"], out[m]["train_time_s_mean"]
             out[m]["update_speedup_vs_off"] = base / t if base and t else None
+            bc, tc = out["off"]["server_cpu_train_s_mean"], out[m]["server_cpu_train_s_mean"]
+            out[m]["update_cpu_speedup_vs_off"] = bc / tc if bc and tc else None
             bt, tt = out["off"]["tokens_per_step"], out[m]["tokens_per_step"]
             out[m]["token_reduction_vs_off"] = bt / tt if bt and tt else None
     return out
@@ -313,12 +383,40 @@ def plot(result: dict[str, Any], path: Path) -> None:
     ax2.legend()
     names = list(summary)
     vals = [summary[m]["train_time_s_mean"] for m in names]
-    ax3.bar(names, vals, color=[colors[m] for m in names])
+    cpus = [summary[m].get("server_cpu_train_s_mean") or 0 for m in names]
+    x = list(range(len(names)))
+    w = 0.38
+    ax3.bar([i - w / 2 for i in x], vals, w, color=[colors[m] for m in names], label="wall train_time_s")
+    ax3.bar(
+        [i + w / 2 for i in x],
+        cpus,
+        w,
+        color=[colors[m] for m in names],
+        alpha=0.45,
+        hatch="//",
+        label="server CPU s while training",
+    )
     for i, m in enumerate(names):
         sp = summary[m].get("update_speedup_vs_off")
-        ax3.text(i, vals[i], f"{vals[i]:.1f} s\n{sp:.2f}x" if sp else f"{vals[i]:.1f} s", ha="center", va="bottom")
-    ax3.set(ylabel="mean train_time_s", title="actor update time (speed-up vs off)")
-    ax3.set_ylim(0, max(vals) * 1.3)
+        ax3.text(
+            i - w / 2,
+            vals[i],
+            f"{vals[i]:.0f}\n{sp:.2f}x" if sp else f"{vals[i]:.0f}",
+            ha="center",
+            va="bottom",
+        )
+        cp = summary[m].get("update_cpu_speedup_vs_off")
+        ax3.text(
+            i + w / 2,
+            cpus[i],
+            f"{cpus[i]:.0f}\n{cp:.2f}x" if cp else f"{cpus[i]:.0f}",
+            ha="center",
+            va="bottom",
+        )
+    ax3.set_xticks(x, names)
+    ax3.set(ylabel="seconds per step (mean)", title="actor update (speed-up vs off)")
+    ax3.set_ylim(0, max(vals + cpus) * 1.35)
+    ax3.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -335,13 +433,24 @@ def main() -> int:
     p.add_argument("--lr", type=float, default=1e-5)
     p.add_argument("--micro", type=int, default=4)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--server-threads",
+        type=int,
+        default=None,
+        help="OMP_NUM_THREADS for the servers (default: torch's default, one per core). On a machine "
+        "oversubscribed by other jobs, 1 avoids OpenMP stalls that slow decoding by 10x or more",
+    )
     p.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
-    p.add_argument("--probe", type=int, default=16, help="episodes of the built-in agent to count calls (0: skip)")
+    p.add_argument(
+        "--probe", type=int, default=16, help="episodes of the built-in agent to count calls (0: skip)"
+    )
     p.add_argument("--work-dir", default="/tmp/merging_update")
     p.add_argument("--out-dir", default="docs/benchmarks")
     p.add_argument("--name", default="merging")
     args = p.parse_args()
     args.modes = tuple(args.modes)
+    if args.server_threads:
+        os.environ["OMP_NUM_THREADS"] = str(args.server_threads)  # inherited by the server subprocesses
 
     work = Path(args.work_dir)
     shutil.rmtree(work, ignore_errors=True)
@@ -358,7 +467,7 @@ def main() -> int:
         "machine": "2-core CPU container, no GPU (shared: other jobs ran at the same time, see load1 per step)",
         "platform": platform.platform(),
         "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
+        "server_threads": args.server_threads or "torch default (2 on this machine)",
         "args": {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(args).items()},
         "wall_s": time.time() - t_start,
         "builtin_agent_probe": probe,
@@ -369,12 +478,18 @@ def main() -> int:
     if steps:
         plot(result, out_dir / f"{args.name}.png")
         print(json.dumps(result["summary"], indent=2))
-        print("\n| mode | update s/step | vs off | samples/episode | tokens/step | calls/episode | mean reward |")
-        print("| --- | --- | --- | --- | --- | --- | --- |")
+        print(
+            "\n| mode | update s/step | vs off | update CPU s | vs off | samples/episode | tokens/step "
+            "| calls/episode | mean reward |"
+        )
+        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
         for m, s in result["summary"].items():
-            print(f"| {m} | {s['train_time_s_mean']:.2f} | {s.get('update_speedup_vs_off') or 0:.2f}x | "
-                  f"{s['samples_per_episode']:.2f} | {s['tokens_per_step']:.0f} | {s['calls_per_episode']:.2f} | "
-                  f"{s['mean_reward']:.3f} |")
+            print(
+                f"| {m} | {s['train_time_s_mean']:.2f} | {s.get('update_speedup_vs_off') or 0:.2f}x | "
+                f"{s.get('server_cpu_train_s_mean') or 0:.1f} | {s.get('update_cpu_speedup_vs_off') or 0:.2f}x | "
+                f"{s['samples_per_episode']:.2f} | {s['tokens_per_step']:.0f} | {s['calls_per_episode']:.2f} | "
+                f"{s['mean_reward']:.3f} |"
+            )
     return 0
 
 

@@ -24,6 +24,10 @@ Breakdown: ours = client-side episode time (generation over HTTP) + the server's
 (metrics.jsonl) + the rest (pool drain, state changes, 0.2 s status polling); TRL = `_generate_and_score_
 completions` (generation + reward) + the rest (forward/backward/optimizer).
 
+CPU seconds per step (psutil, all threads): ours = the server process + this process (HTTP client) during
+our step; TRL = this process during its step (our side is parked meanwhile). On a machine shared with other
+jobs wall time mostly measures how much CPU each side was granted; CPU time is far less sensitive to that.
+
     python benchmarks/trl_compare.py                       # 4 prompts x G=4, 32 tokens, 8 steps each
     python benchmarks/trl_compare.py --steps 2 --max-tokens 8 --out-dir /tmp/trl_small   # smoke test
 """
@@ -88,20 +92,52 @@ def load1() -> float:
     return os.getloadavg()[0]
 
 
+def cpu_seconds(proc) -> float:
+    """User + system CPU seconds of a process, all its threads (psutil)."""
+    t = proc.cpu_times()
+    return t.user + t.system
+
+
+def server_process(run_dir: Path):
+    """The `swarm serve` child that train() started for `run_dir` (psutil.Process or None)."""
+    import psutil
+
+    for child in psutil.Process().children(recursive=True):
+        try:
+            cmd = child.cmdline()
+        except psutil.Error:
+            continue
+        if "serve" in cmd and str(run_dir) in cmd:
+            return child
+    return None
+
+
 # -- ours --------------------------------------------------------------------------------------------
 def run_ours(args, items: list[Item], run_dir: Path, baton: Baton | None, out: dict) -> None:
     """engine.jobs.train with timing hooks: per step, episode (generation) time and wait-for-step time."""
+    import psutil
+
     steps: list[dict] = []
     out["steps"] = steps
     orig_run, orig_wait = jobs.run_episodes, SwarmClient.wait_for_step
     current: dict = {}
+    me = psutil.Process()
+    server: list = []
 
     def timed_run(client, episodes, fn, **kw):
         if baton:
             baton.acquire("ours")
         kw["show_progress"] = False
+        if not server:
+            server.append(server_process(run_dir))
         current.clear()
-        current.update(t0=time.perf_counter(), load1=load1(), item_ids=sorted({it.id for it in episodes}))
+        current.update(
+            t0=time.perf_counter(),
+            load1=load1(),
+            item_ids=sorted({it.id for it in episodes}),
+            cpu0_client=cpu_seconds(me),
+            cpu0_server=cpu_seconds(server[0]) if server[0] else None,
+        )
         res = orig_run(client, episodes, fn, **kw)
         current["gen_s"] = time.perf_counter() - current["t0"]
         current["client_mean_reward"] = res.mean_reward
@@ -112,8 +148,14 @@ def run_ours(args, items: list[Item], run_dir: Path, baton: Baton | None, out: d
         t = time.perf_counter()
         st = orig_wait(self, step, *a, **kw)
         now = time.perf_counter()
-        steps.append({**current, "step": step, "wait_s": now - t, "step_s": now - current["t0"]})
-        del steps[-1]["t0"]
+        rec = {**current, "step": step, "wait_s": now - t, "step_s": now - current["t0"]}
+        # CPU seconds of the step: the server (inference + training) plus this process (the HTTP client).
+        rec["cpu_client_s"] = cpu_seconds(me) - rec.pop("cpu0_client")
+        c0 = rec.pop("cpu0_server")
+        rec["cpu_server_s"] = cpu_seconds(server[0]) - c0 if c0 is not None else None
+        rec["cpu_s"] = rec["cpu_client_s"] + (rec["cpu_server_s"] or 0.0)
+        del rec["t0"]
+        steps.append(rec)
         if baton:
             baton.release("ours")
         return st
@@ -121,18 +163,40 @@ def run_ours(args, items: list[Item], run_dir: Path, baton: Baton | None, out: d
     cfg = SwarmConfig.model_validate(
         {
             "model": {"name": args.model, "seed": args.seed},
-            "algorithm": {"advantage": "grpo", "policy_loss": "ppo_clip", "agg": "token_mean", "kl_coef": 0.0,
-                          "clip_low": 0.2, "clip_high": 0.2},
+            "algorithm": {
+                "advantage": "grpo",
+                "policy_loss": "ppo_clip",
+                "agg": "token_mean",
+                "kl_coef": 0.0,
+                "clip_low": 0.2,
+                "clip_high": 0.2,
+            },
             "pool": {"policy": "task_count", "batch_size": args.prompts, "group_size": args.group},
-            "training": {"lr": args.lr, "max_steps": args.steps, "checkpoint_every": 0, "ppo_epochs": 1,
-                         "mini_batch_size": args.prompts * args.group, "micro_batch_size": args.micro,
-                         "max_grad_norm": 1.0, "weight_decay": 0.0},
+            "training": {
+                "lr": args.lr,
+                "max_steps": args.steps,
+                "checkpoint_every": 0,
+                "ppo_epochs": 1,
+                "mini_batch_size": args.prompts * args.group,
+                "micro_batch_size": args.micro,
+                "max_grad_norm": 1.0,
+                "weight_decay": 0.0,
+            },
         }
     )
-    job = jobs.TrainJob(task="arithmetic", swarm=cfg, seed=args.seed, eval_size=0, temperature=args.temperature,
-                        max_tokens=args.max_tokens, concurrency=args.prompts * args.group)
+    job = jobs.TrainJob(
+        task="arithmetic",
+        swarm=cfg,
+        seed=args.seed,
+        eval_size=0,
+        temperature=args.temperature,
+        max_tokens=args.max_tokens,
+        concurrency=args.prompts * args.group,
+    )
     # train() builds its data as task.dataset(B * max_steps, seed): the same items TRL gets.
-    assert [it.id for it in items] == [it.id for it in Arithmetic().dataset(args.prompts * args.steps, args.seed)]
+    assert [it.id for it in items] == [
+        it.id for it in Arithmetic().dataset(args.prompts * args.steps, args.seed)
+    ]
     jobs.run_episodes, SwarmClient.wait_for_step = timed_run, timed_wait
     try:
         t = time.perf_counter()
@@ -157,6 +221,7 @@ def run_ours(args, items: list[Item], run_dir: Path, baton: Baton | None, out: d
 
 # -- TRL ---------------------------------------------------------------------------------------------
 def build_trl(args, items: list[Item], model_dir: Path, work: Path, baton: Baton | None, out: dict):
+    import psutil
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -164,10 +229,14 @@ def build_trl(args, items: list[Item], model_dir: Path, work: Path, baton: Baton
     steps: list[dict] = []
     out["steps"] = steps
     seen: list[list[str]] = []
+    me = psutil.Process()
 
     def reward(prompts, completions, answer, item_id, **kw):
         seen.append(sorted(set(item_id)))
-        return [Arithmetic.reward(c[-1]["content"], Item(i, "", a)) for c, a, i in zip(completions, answer, item_id)]
+        return [
+            Arithmetic.reward(c[-1]["content"], Item(i, "", a))
+            for c, a, i in zip(completions, answer, item_id, strict=True)
+        ]
 
     class Timer(TrainerCallback):
         def on_step_begin(self, a, state, control, **kw):
@@ -175,17 +244,30 @@ def build_trl(args, items: list[Item], model_dir: Path, work: Path, baton: Baton
                 baton.acquire("trl")
             self.gen0 = gen_time[0]
             self.load = load1()
+            self.cpu0 = cpu_seconds(me)
             self.t0 = time.perf_counter()
 
         def on_step_end(self, a, state, control, **kw):
             dt = time.perf_counter() - self.t0
-            steps.append({"step": state.global_step, "step_s": dt, "gen_s": gen_time[0] - self.gen0,
-                          "load1": self.load, "item_ids": seen[-1] if seen else []})
+            # This process's CPU seconds; our side is parked on the baton meanwhile, so it is TRL's alone.
+            steps.append(
+                {
+                    "step": state.global_step,
+                    "step_s": dt,
+                    "gen_s": gen_time[0] - self.gen0,
+                    "cpu_s": cpu_seconds(me) - self.cpu0,
+                    "load1": self.load,
+                    "item_ids": seen[-1] if seen else [],
+                }
+            )
             if baton:
                 baton.release("trl")
 
     ds = Dataset.from_list(
-        [{"prompt": [{"role": "user", "content": it.prompt}], "answer": it.answer, "item_id": it.id} for it in items]
+        [
+            {"prompt": [{"role": "user", "content": it.prompt}], "answer": it.answer, "item_id": it.id}
+            for it in items
+        ]
     )
     micro = args.micro
     per_step = args.prompts * args.group
@@ -222,7 +304,9 @@ def build_trl(args, items: list[Item], model_dir: Path, work: Path, baton: Baton
         disable_dropout=True,
         seed=args.seed,
     )
-    trainer = GRPOTrainer(model=str(model_dir), reward_funcs=reward, args=cfg, train_dataset=ds, callbacks=[Timer()])
+    trainer = GRPOTrainer(
+        model=str(model_dir), reward_funcs=reward, args=cfg, train_dataset=ds, callbacks=[Timer()]
+    )
     gen_time = [0.0]
     orig_gen = trainer._generate_and_score_completions
 
@@ -234,9 +318,13 @@ def build_trl(args, items: list[Item], model_dir: Path, work: Path, baton: Baton
             gen_time[0] += time.perf_counter() - t
 
     trainer._generate_and_score_completions = timed_gen
-    out["config"] = {"generation_batch_size": cfg.generation_batch_size, "steps_per_generation": cfg.steps_per_generation,
-                     "loss_type": cfg.loss_type, "gradient_accumulation_steps": cfg.gradient_accumulation_steps,
-                     "per_device_train_batch_size": cfg.per_device_train_batch_size}
+    out["config"] = {
+        "generation_batch_size": cfg.generation_batch_size,
+        "steps_per_generation": cfg.steps_per_generation,
+        "loss_type": cfg.loss_type,
+        "gradient_accumulation_steps": cfg.gradient_accumulation_steps,
+        "per_device_train_batch_size": cfg.per_device_train_batch_size,
+    }
     return trainer
 
 
@@ -282,6 +370,8 @@ def summarise(side: dict) -> dict:
         "steady_mean_gen_s": mean("gen_s"),
         "steady_mean_train_time_s": mean("train_time_s"),
         "steady_mean_load1": mean("load1"),
+        "steady_mean_cpu_s": mean("cpu_s"),
+        "steady_median_cpu_s": med("cpu_s"),
         "reward_curve": [s.get("reward") for s in steps],
         "mean_reward": statistics.fmean([s["reward"] for s in steps if s.get("reward") is not None])
         if any(s.get("reward") is not None for s in steps)
@@ -306,15 +396,24 @@ def plot(result: dict, path: Path) -> None:
     names = ["ours", "trl"]
     gen = [result["summary"][n]["steady_mean_gen_s"] or 0 for n in names]
     tot = [result["summary"][n]["steady_mean_step_s"] or 0 for n in names]
+    cpu = [result["summary"][n].get("steady_mean_cpu_s") or 0 for n in names]
     rest = [t - g for t, g in zip(tot, gen, strict=True)]
-    ax2.bar(names, gen, color="tab:green", label="generation (+reward)")
-    ax2.bar(names, rest, bottom=gen, color="tab:red", label="update + overhead")
-    for i, t in enumerate(tot):
-        ax2.text(i, t, f"{t:.1f} s", ha="center", va="bottom")
-    ratio = result["ratio_trl_over_ours"]
-    ax2.set_title(f"seconds per step (steady state); TRL/ours = {ratio:.2f}x" if ratio else "seconds per step")
-    ax2.set_ylabel("s / step")
-    ax2.legend()
+    x = [0, 1]
+    w = 0.38
+    ax2.bar([i - w / 2 for i in x], gen, w, color="tab:green", label="wall: generation (+reward)")
+    ax2.bar([i - w / 2 for i in x], rest, w, bottom=gen, color="tab:red", label="wall: update + overhead")
+    ax2.bar([i + w / 2 for i in x], cpu, w, color="tab:purple", label="CPU seconds (all threads)")
+    for i in x:
+        ax2.text(i - w / 2, tot[i], f"{tot[i]:.1f}", ha="center", va="bottom")
+        ax2.text(i + w / 2, cpu[i], f"{cpu[i]:.1f}", ha="center", va="bottom")
+    ax2.set_xticks(x, names)
+    ratio, cratio = result["ratio_trl_over_ours"], result.get("cpu_ratio_trl_over_ours")
+    title = f"per step, steady state; TRL/ours wall {ratio:.2f}x" if ratio else "per step"
+    if cratio:
+        title += f", CPU {cratio:.2f}x"
+    ax2.set_title(title)
+    ax2.set_ylabel("seconds / step")
+    ax2.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -330,7 +429,11 @@ def main() -> int:
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--lr", type=float, default=1e-5)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--trl-loss", default="bnpo", help="TRL loss_type (bnpo = per-micro-batch token mean, as ours computes)")
+    p.add_argument(
+        "--trl-loss",
+        default="bnpo",
+        help="TRL loss_type (bnpo = per-micro-batch token mean, as ours computes)",
+    )
     p.add_argument("--order", choices=["interleaved", "sequential"], default="interleaved")
     p.add_argument("--work-dir", default="/tmp/trl_compare")
     p.add_argument("--out-dir", default="docs/benchmarks")
@@ -361,7 +464,9 @@ def main() -> int:
         run_ours(args, items, work / "ours", None, ours)
         run_trl(trainer, None, trl)
 
-    same_prompts = [s.get("item_ids") for s in ours.get("steps", [])] == [s.get("item_ids") for s in trl.get("steps", [])]
+    same_prompts = [s.get("item_ids") for s in ours.get("steps", [])] == [
+        s.get("item_ids") for s in trl.get("steps", [])
+    ]
     summary = {"ours": summarise(ours), "trl": summarise(trl)}
     o, t = summary["ours"]["steady_mean_step_s"], summary["trl"]["steady_mean_step_s"]
     result = {
@@ -371,12 +476,17 @@ def main() -> int:
         "python": platform.python_version(),
         "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(),
-        "trl": __import__("trl").__version__,
-        "transformers": __import__("transformers").__version__,
+        "trl_version": __import__("trl").__version__,
+        "transformers_version": __import__("transformers").__version__,
         "args": vars(args),
         "same_prompts_per_step": same_prompts,
         "wall_s": time.time() - t_start,
         "ratio_trl_over_ours": (t / o) if o and t else None,
+        "cpu_ratio_trl_over_ours": (
+            summary["trl"]["steady_mean_cpu_s"] / summary["ours"]["steady_mean_cpu_s"]
+        )
+        if summary["ours"].get("steady_mean_cpu_s") and summary["trl"].get("steady_mean_cpu_s")
+        else None,
         "summary": summary,
         "ours": ours,
         "trl": trl,
@@ -384,16 +494,33 @@ def main() -> int:
     (out_dir / f"{args.name}.json").write_text(json.dumps(result, indent=2, default=str))
     if o and t:
         plot(result, out_dir / f"{args.name}.png")
-    print(json.dumps({"ratio_trl_over_ours": result["ratio_trl_over_ours"], "same_prompts": same_prompts,
-                      "summary": summary}, indent=2))
-    print(f"\n| side | first step s | steady s/step (mean) | median | generation s | update s | mean load1 |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print(
+        json.dumps(
+            {
+                "ratio_trl_over_ours": result["ratio_trl_over_ours"],
+                "cpu_ratio_trl_over_ours": result["cpu_ratio_trl_over_ours"],
+                "same_prompts": same_prompts,
+                "summary": summary,
+            },
+            indent=2,
+        )
+    )
+    print(
+        "\n| side | first step s | steady s/step (mean) | median | generation s | update s | CPU s/step | mean load1 |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for name in ("ours", "trl"):
         s = summary[name]
-        upd = s["steady_mean_train_time_s"] if name == "ours" else (
-            (s["steady_mean_step_s"] or 0) - (s["steady_mean_gen_s"] or 0))
-        print(f"| {name} | {s['first_step_s']:.1f} | {s['steady_mean_step_s']:.1f} | {s['steady_median_step_s']:.1f} | "
-              f"{s['steady_mean_gen_s']:.1f} | {upd:.1f} | {s['steady_mean_load1']:.1f} |")
+        upd = (
+            s["steady_mean_train_time_s"]
+            if name == "ours"
+            else ((s["steady_mean_step_s"] or 0) - (s["steady_mean_gen_s"] or 0))
+        )
+        print(
+            f"| {name} | {s['first_step_s']:.1f} | {s['steady_mean_step_s']:.1f} | {s['steady_median_step_s']:.1f} | "
+            f"{s['steady_mean_gen_s']:.1f} | {upd:.1f} | {s['steady_mean_cpu_s'] or float('nan'):.1f} | "
+            f"{s['steady_mean_load1']:.1f} |"
+        )
     return 0 if "error" not in ours and "error" not in trl else 1
 
 

@@ -8,7 +8,8 @@ shape has one pure decision rule:
   is the untrained level = mean initial score of the level's runs). An arm *passes* when its CI lower
   bound >= c, *fails* when its CI upper bound < c, else is *uncertain*. The answer is the smallest
   (largest) passing x; it is *confident* when the adjacent tested x on the other side fails. Nothing
-  *trained* unless the best arm's CI lower bound exceeds the floor.
+  *trained* unless the best arm's CI lower bound exceeds the floor ("nothing trained" only when even its
+  upper bound stays at or below the floor; in between, training is "not established").
 - best: the arm with the highest mean; arms whose CIs overlap it are ties; arms whose CI upper bound is
   below its lower bound are dominated.
 - compare: bootstrap CI of the difference of means; a tie when it contains 0 (more than two values: best).
@@ -161,6 +162,7 @@ class ThresholdResult:
     status: dict[str, str]  # arm label -> pass | fail | uncertain
     answer: ArmStats | None
     neighbour: ArmStats | None  # adjacent tested arm beyond the answer (should fail)
+    best: ArmStats  # highest mean score at this level
     confident: bool
     monotone: bool
     verdict: str
@@ -193,10 +195,15 @@ def threshold(arms: Sequence[ArmStats], q: Question) -> ThresholdResult:
     monotone = answer is None or all(status[a.label] != "fail" for a in order[passing[0] :])
     word = "smallest" if direction == "min" else "largest"
     stat = f"{q.statistic} {q.metric}"
-    if not trained and q.criterion_kind == "relative":
+    if not trained and q.criterion_kind == "relative" and best.interval.hi <= floor:
         verdict = (
             f"Nothing trained: the best arm ({best.label}, {stat} {_ci(best.interval)}) does not rise above the "
             f"untrained level {fmt(floor)}, so no {q.name} can be said to train."
+        )
+    elif not trained and q.criterion_kind == "relative":
+        verdict = (
+            f"Training is not established: the best arm's interval ({best.label}, {stat} {_ci(best.interval)}) "
+            f"does not clear the untrained level {fmt(floor)}."
         )
     elif answer is None:
         verdict = f"No tested {q.name} reached the criterion {fmt(crit)} (best: {best.label}, {_ci(best.interval)})."
@@ -210,7 +217,7 @@ def threshold(arms: Sequence[ArmStats], q: Question) -> ThresholdResult:
         if not monotone:
             verdict += f" Not monotone: a {q.name} beyond it fails."
     return ThresholdResult(
-        direction, crit, floor, trained, status, answer, neighbour, confident, monotone, verdict
+        direction, crit, floor, trained, status, answer, neighbour, best, confident, monotone, verdict
     )
 
 
@@ -383,7 +390,9 @@ def _secondary(q: Question, levels: list[LevelEvidence], seed: int) -> tuple[str
             f"{fmt(a) if a is not None else 'none'} at {name} {fmt(lv)}" for lv, a, _c in answers
         )
         distinct = {a for _lv, a, _c in answers}
-        if len(distinct) == 1:
+        if distinct == {None}:
+            text = f"Whether {name} changes the answer cannot be told: no level has an answer ({shown})."
+        elif len(distinct) == 1:
             text = f"{name.capitalize()} does not change the answer at the tested resolution ({shown})."
         elif all(c for _lv, _a, c in answers):
             text = f"{name.capitalize()} changes the answer: {shown}."

@@ -311,6 +311,10 @@ def _propose_threshold(goal, budget, le, xs, props: _Proposals, where: str) -> N
     th, level = le.threshold, le.level
     if not th.trained and goal.criterion.kind == "relative":
         props.rationale.append(f"{where}{th.verdict}")
+        if th.best.interval.hi > th.floor and props.more_seeds(
+            th.best, "whether anything trains is unsettled"
+        ):
+            props.rationale.append(f"{where}more seeds on {th.best.label} to settle whether anything trains.")
         return
     if th.answer is not None and th.neighbour is not None:
         inside = between(goal.factor, th.neighbour.x, th.answer.x, budget.refine_points, xs)

@@ -191,3 +191,17 @@ def test_analyse_answers_per_secondary_level():
     assert ev.secondary_verdict.startswith("Max response length changes the answer")
     assert ev.secondary_effect.mean > 0
     assert "At max response length 16:" in ev.answer
+
+
+def test_training_not_established_when_the_best_interval_straddles_the_floor():
+    arms = [arm(1, [0.05, 0.1], initial=0.1), arm(4, [0.05, 0.2], initial=0.1)]
+    th = threshold(arms, Q_MIN)
+    assert not th.trained and th.best.x == 4 and "Training is not established" in th.verdict
+
+
+def test_secondary_verdict_without_any_answer():
+    q = Question(shape="minimum", name="batch size", secondary_name="max tokens")
+    obs = [flat(i, 4, 0.0, level=lv, seed=i) for i, lv in enumerate((16, 16, 64, 64))]
+    assert analyse(q, obs).secondary_verdict.startswith(
+        "Whether max tokens changes the answer cannot be told"
+    )

@@ -143,3 +143,13 @@ def test_question_view_of_a_goal():
         parse_goal("find the minimum batch size that still trains arithmetic efficiently (1 to 64)")
     )
     assert q == Question(shape="minimum", name="batch size", statistic="auc")
+
+
+def test_unsettled_training_gets_seeds_on_the_best_arm_only():
+    goal = parse_goal("find the minimum batch size that still trains arithmetic in {1, 4}")
+    s1 = first_stage(goal, _budget())
+    # flat curves around the untrained level: 4's interval straddles it, 1 sits below it
+    ev = analyse(question_of(goal), _obs_for([s1], lambda x, lvl, s: {1: 0.0, 4: 0.2 * s}[x]))
+    assert "not established" in ev.answer
+    s2 = next_stage(goal, _budget(), [s1], ev)
+    assert s2.kind == "refine" and [(a.x, a.seeds) for a in s2.arms] == [(4, [2, 3])]
