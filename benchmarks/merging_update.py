@@ -33,6 +33,7 @@ import statistics
 import sys
 import threading
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -238,7 +239,9 @@ def swarm_config(args, mode: str, run_dir: Path) -> SwarmConfig:
     )
 
 
-def run_benchmark(args) -> dict[str, Any]:
+def run_benchmark(args) -> tuple[dict[str, list[dict[str, Any]]], str | None]:
+    """Returns per-mode step records and the error that stopped the run early, if any (the steps every
+    mode completed before it are kept, so a crash of one server still leaves a fair comparison)."""
     work = Path(args.work_dir)
     modes = args.modes
     log = CallLog()
@@ -248,6 +251,7 @@ def run_benchmark(args) -> dict[str, Any]:
     servers: dict[str, ServerProcess] = {}
     clients = {}
     per_step: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
+    error = None
     try:
         for m in modes:
             d = work / m
@@ -298,6 +302,7 @@ def run_benchmark(args) -> dict[str, Any]:
                         "episodes_with_tool_call": sum(1 for e in eps if e["tool_calls"]),
                         "replies": len(finishes),
                         "replies_cut_by_max_tokens": finishes.count("length"),
+                        "server_rss_gb": proc.memory_info().rss / 1e9,
                     }
                 )
                 print(
@@ -305,13 +310,19 @@ def run_benchmark(args) -> dict[str, Any]:
                     f"reward {res.mean_reward:.3f}  load {load:.1f}",
                     flush=True,
                 )
+    except Exception:  # noqa: BLE001 - e.g. a server killed by the OOM killer: keep the completed steps
+        error = traceback.format_exc()
+        print(error, file=sys.stderr)
     finally:
         for c in clients.values():
             c.close()
         for s in servers.values():
             s.stop()
+    done = min(len(v) for v in per_step.values())
+    per_step = {m: v[:done] for m, v in per_step.items()}
     for m in modes:
-        metrics = [json.loads(line) for line in (work / m / "metrics.jsonl").read_text().splitlines()]
+        path = work / m / "metrics.jsonl"
+        metrics = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
         for rec, met in zip(per_step[m], metrics, strict=False):
             rec.update(
                 train_time_s=met["train_time_s"],
@@ -325,7 +336,7 @@ def run_benchmark(args) -> dict[str, Any]:
                 ratio_mean=met.get("ratio_mean"),
                 grad_norm=met.get("grad_norm"),
             )
-    return per_step
+    return per_step, error
 
 
 def summarise(per_step: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
@@ -345,6 +356,7 @@ def summarise(per_step: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
             "tokens_per_step": mean("tokens"),
             "calls_per_episode": mean("calls_per_episode"),
             "gen_s_mean": mean("gen_s"),
+            "server_rss_gb_max": max((s["server_rss_gb"] for s in steps), default=None),
             "server_cpu_train_s_mean": mean("server_cpu_train_s"),
             "reward_curve": [s.get("reward") for s in steps],
             "mean_reward": mean("reward"),
@@ -431,7 +443,9 @@ def main() -> int:
     p.add_argument("--max-tokens", type=int, default=32)
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--lr", type=float, default=1e-5)
-    p.add_argument("--micro", type=int, default=4)
+    p.add_argument(
+        "--micro", type=int, default=2, help="sequences per forward/backward (memory: ~450-token samples)"
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--server-threads",
@@ -461,7 +475,7 @@ def main() -> int:
     probe = probe_builtin(args) if args.probe else None
     if probe:
         print("built-in CalculatorAgent probe:", json.dumps(probe), flush=True)
-    steps = run_benchmark(args) if args.steps else {}
+    steps, error = run_benchmark(args) if args.steps else ({}, None)
     result = {
         "command": "python " + " ".join([sys.argv[0], *sys.argv[1:]]),
         "machine": "2-core CPU container, no GPU (shared: other jobs ran at the same time, see load1 per step)",
@@ -471,11 +485,12 @@ def main() -> int:
         "args": {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(args).items()},
         "wall_s": time.time() - t_start,
         "builtin_agent_probe": probe,
-        "summary": summarise(steps) if steps else None,
+        "error": error,
+        "summary": summarise(steps) if steps and all(steps.values()) else None,
         "steps": steps,
     }
     (out_dir / f"{args.name}.json").write_text(json.dumps(result, indent=2))
-    if steps:
+    if steps and all(steps.values()):
         plot(result, out_dir / f"{args.name}.png")
         print(json.dumps(result["summary"], indent=2))
         print(
@@ -490,7 +505,7 @@ def main() -> int:
                 f"{s['samples_per_episode']:.2f} | {s['tokens_per_step']:.0f} | {s['calls_per_episode']:.2f} | "
                 f"{s['mean_reward']:.3f} |"
             )
-    return 0
+    return 0 if error is None else 1
 
 
 if __name__ == "__main__":

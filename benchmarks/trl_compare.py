@@ -154,6 +154,7 @@ def run_ours(args, items: list[Item], run_dir: Path, baton: Baton | None, out: d
         c0 = rec.pop("cpu0_server")
         rec["cpu_server_s"] = cpu_seconds(server[0]) - c0 if c0 is not None else None
         rec["cpu_s"] = rec["cpu_client_s"] + (rec["cpu_server_s"] or 0.0)
+        rec["server_rss_gb"] = server[0].memory_info().rss / 1e9 if server[0] else None
         del rec["t0"]
         steps.append(rec)
         if baton:
@@ -256,6 +257,7 @@ def build_trl(args, items: list[Item], model_dir: Path, work: Path, baton: Baton
                     "step_s": dt,
                     "gen_s": gen_time[0] - self.gen0,
                     "cpu_s": cpu_seconds(me) - self.cpu0,
+                    "rss_gb": me.memory_info().rss / 1e9,
                     "load1": self.load,
                     "item_ids": seen[-1] if seen else [],
                 }

@@ -16,7 +16,7 @@ from engine.errors import ConfigError
 
 
 def _load_config(args: argparse.Namespace) -> SwarmConfig:
-    saved = Path(args.run_dir) / "config.yaml" if getattr(args, "run_dir", None) else None
+    saved = Path(args.run_dir) / "swarm_config.yaml" if getattr(args, "run_dir", None) else None
     if args.config:
         cfg = SwarmConfig.from_yaml(args.config)
     elif saved is not None and saved.exists():

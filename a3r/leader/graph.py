@@ -13,7 +13,8 @@
   graph with `interrupt()` while runs are unfinished (`a3r.leader.runner` wakes it). Everything before the
   interrupt is a read or an idempotent write, because the node re-runs from its start on resume.
 - analyse: evidence from the store (`a3r.analysis`), then the policy's decision: next stage or finish.
-- report: Markdown + HTML from the store and the analysis; LLM prose is vetted for numbers.
+- report: Markdown + HTML from the store and the analysis; LLM prose is vetted for numbers. When the
+  workspace has nothing left to run, its monitor and tmux servers are stopped.
 
 Compile with a durable checkpointer (`SqliteSaver`, a file separate from the run store) and invoke with
 `{"configurable": {"thread_id": <campaign>}}`; after a crash `graph.invoke(None, config)` continues.
@@ -174,8 +175,9 @@ def build_graph(ws: Workspace, policy: Policy) -> StateGraph:
         }
         paths = write_report(data, records, Path(cfg.reports_dir) / cfg.campaign)
         live = (RunState.PENDING, RunState.DISPATCHED, RunState.RUNNING)
-        if not ws.runs(states=live):
-            ws.stop_monitor()  # nothing left for it in this workspace
+        if not ws.runs(states=live):  # nothing left to run in this workspace: leave no process behind
+            ws.stop_monitor()
+            ws.shutdown()  # the tmux servers, which only hold finished panes now
         return {"report": paths, "status": "done"}
 
     g = StateGraph(LeaderState)

@@ -95,7 +95,7 @@ class SwarmServer:
         if cfg.run_dir:
             # The run dir remembers its config, so `swarm serve --run-dir X` after a crash needs no client.
             Path(cfg.run_dir).mkdir(parents=True, exist_ok=True)
-            (Path(cfg.run_dir) / "config.yaml").write_text(cfg.to_yaml())
+            (Path(cfg.run_dir) / "swarm_config.yaml").write_text(cfg.to_yaml())
         try:
             backend = await asyncio.to_thread(self._factory, cfg)
         except Exception as e:  # noqa: BLE001 - any load failure must land in status, not kill the loop

@@ -102,7 +102,8 @@ def test_campaign_survives_a_killed_leader(tmp_path):
         assert "data:image/png;base64," in html
         assert json.loads(json.dumps(state["provenance"]))["engine_commit"]
         assert checkpoint_path(ws).exists() and checkpoint_path(ws) != ws.db_path
-        assert ws.monitor_pid() is None  # the leader stopped its monitor when nothing was left to run
+        assert ws.monitor_pid() is None  # nothing left to run: the leader stopped the monitor and tmux
+        assert not any(h.server.is_alive() for h in ws.hosts.values())
         assert "holds this store's scheduler lease" not in (ws.root / ".a3r" / "monitor.log").read_text()
 
         again = resume_campaign(ws, OfflinePolicy(), "e2e")  # resuming a finished campaign is a no-op

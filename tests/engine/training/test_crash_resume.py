@@ -79,7 +79,7 @@ def test_sigkill_and_resume(tmp_path):
         # the optimizer state a restarted backend loads is exactly the checkpoint's
         from engine.backends.torch.backend import TorchBackend
 
-        backend = TorchBackend(SwarmConfig.from_yaml(run_dir / "config.yaml"))
+        backend = TorchBackend(SwarmConfig.from_yaml(run_dir / "swarm_config.yaml"))
         assert backend.global_step == 1
         loaded = backend.trainer.optimizer.state_dict()
         assert loaded["state"].keys() == saved_opt["state"].keys()
