@@ -1,4 +1,4 @@
-"""HACPO, exactly as /work/shared/specs/hacpo.md fixes it (HACRL paper, arXiv 2603.02604).
+"""HACPO, exactly as shared/specs/hacpo.md fixes it (HACRL paper, arXiv 2603.02604).
 
 n agents share rollouts; each learner k trains on its own samples and on the other agents' ("cross")
 samples. Implemented here, for one learner k and one training step:
