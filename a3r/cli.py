@@ -48,7 +48,9 @@ def cmd_submit(args) -> int:
     if args.demo:
         return _fail("the end-to-end demo is `a3r demo` (the leader, a3r.leader), not `a3r submit`")
     if not args.blueprints:
-        return _fail("give one or more blueprint YAML files")
+        return _fail(
+            'give one or more blueprint YAML files, or a research goal in quotes: a3r submit "find the ..."'
+        )
     bps = [Blueprint.from_yaml(p) for p in args.blueprints]
     ws = _ws(args)
     camp = ws.create_campaign(args.campaign)
@@ -125,12 +127,51 @@ def cmd_runs(args) -> int:
     return 0
 
 
+def _stage_rows(ws) -> list[dict]:
+    """One entry per stage of every campaign, in order: its purpose and its runs' states."""
+    from collections import Counter
+
+    by_stage: dict[int, Counter] = {}
+    for r in ws.runs():
+        by_stage.setdefault(r.stage_id, Counter())[r.state] += 1
+    rows = []
+    for camp in ws.store.campaigns():
+        for st in ws.store.stages(camp.id):
+            counts = by_stage.get(st.id, Counter())
+            rows.append(
+                {
+                    "campaign": camp.name,
+                    "stage": st.name,
+                    "stage_id": st.id,
+                    "purpose": st.purpose,
+                    "runs": dict(sorted(counts.items())),
+                    "done": sum(
+                        v for k, v in counts.items() if k not in ("pending", "dispatched", "running")
+                    ),
+                    "total": sum(counts.values()),
+                }
+            )
+    return rows
+
+
 def _summary(ws) -> dict:
     from collections import Counter
 
     counts = Counter(r.state for r in ws.runs())
     pid = ws.monitor_pid()
-    return {"workspace": str(ws.root), "monitor_pid": pid, "runs": dict(sorted(counts.items()))}
+    return {
+        "workspace": str(ws.root),
+        "monitor_pid": pid,
+        "runs": dict(sorted(counts.items())),
+        "stages": _stage_rows(ws),
+    }
+
+
+def _stage_line(st: dict) -> str:
+    states = ", ".join(f"[{_STATE_STYLE.get(k, '')}]{k}[/] {v}" for k, v in st["runs"].items()) or "no runs"
+    frac = st["done"] / st["total"] if st["total"] else 0.0
+    purpose = f" - {st['purpose']}" if st["purpose"] else ""
+    return f"{st['campaign']} / [bold]{st['stage']}[/] {_bar(frac)}  {states}{purpose}"
 
 
 def cmd_status(args) -> int:
@@ -150,6 +191,8 @@ def cmd_status(args) -> int:
         "runs: "
         + (", ".join(f"[{_STATE_STYLE.get(k, '')}]{k}[/] {v}" for k, v in s["runs"].items()) or "none")
     )
+    for st in s["stages"]:
+        c.print(_stage_line(st))
     for h in ws.store.hosts():
         c.print(
             f"host {h.name} ({h.kind}): "
@@ -174,7 +217,13 @@ def cmd_watch(args) -> int:
             f"{time.strftime('%H:%M:%S')}  monitor: {s['monitor_pid'] or 'not running'}  "
             + "  ".join(f"{k}: {v}" for k, v in s["runs"].items())
         )
-        return Group(head, _runs_table(ws, ws.runs()))
+        runs = ws.runs()
+        parts: list = [head]
+        for st in s["stages"]:
+            stage_runs = [r for r in runs if r.stage_id == st["stage_id"]]
+            if stage_runs:
+                parts.append(_runs_table(ws, stage_runs, title=Text.from_markup(_stage_line(st))))
+        return Group(*parts)
 
     if args.once:
         Console().print(frame())
@@ -341,9 +390,10 @@ def cmd_worker_run(args) -> int:
     return Worker(spec, sink).run()
 
 
-def build_parser(*, with_leader: bool = True) -> argparse.ArgumentParser:
+def build_parser(*, with_leader: bool = True, goal_submit: bool = False) -> argparse.ArgumentParser:
     """The `a3r` parser. `with_leader=False` skips importing a3r.leader (its graph stack is heavy): the
-    worker, started once per attempt, must start fast."""
+    worker, started once per attempt, must start fast. `goal_submit=True` makes `submit` the leader's
+    goal form (`a3r submit "<goal>"`, the same as `research`) instead of the blueprint form."""
     p = argparse.ArgumentParser(
         prog="a3r", description="A3R execution plane: runs, hosts, tmux workers, scheduler."
     )
@@ -365,14 +415,18 @@ def build_parser(*, with_leader: bool = True) -> argparse.ArgumentParser:
     s.add_argument("--heartbeat", type=float, default=10.0)
     s.set_defaults(fn=cmd_init)
 
-    s = sub.add_parser("submit", help="add blueprint YAML files as runs (one per seed)")
-    s.add_argument("blueprints", nargs="*")
-    s.add_argument("--campaign", default="default")
-    s.add_argument("--stage", default="stage-0")
-    s.add_argument("--priority", type=int, default=0)
-    s.add_argument("--start-monitor", action="store_true", help="start a background monitor too")
-    s.add_argument("--demo", action="store_true", help="the end-to-end demo (needs the leader)")
-    s.set_defaults(fn=cmd_submit)
+    if not goal_submit:
+        s = sub.add_parser(
+            "submit",
+            help="add blueprint YAML files as runs (one per seed); a quoted goal sentence runs a campaign",
+        )
+        s.add_argument("blueprints", nargs="*")
+        s.add_argument("--campaign", default="default")
+        s.add_argument("--stage", default="stage-0")
+        s.add_argument("--priority", type=int, default=0)
+        s.add_argument("--start-monitor", action="store_true", help="start a background monitor too")
+        s.add_argument("--demo", action="store_true", help="the end-to-end demo (needs the leader)")
+        s.set_defaults(fn=cmd_submit)
 
     s = sub.add_parser("runs", help="table of runs")
     s.add_argument("--campaign")
@@ -442,7 +496,7 @@ def build_parser(*, with_leader: bool = True) -> argparse.ArgumentParser:
         except ImportError:
             pass
         else:
-            add_leader_commands(sub)
+            add_leader_commands(sub, goal_submit=goal_submit)
     return p
 
 
@@ -474,9 +528,19 @@ def _command_of(argv: list[str]) -> str | None:
     return None
 
 
+def _submits_goal(argv: list[str]) -> bool:
+    """Whether `a3r submit ...` is the goal form: an argument that is a sentence (has a space) and not a
+    file. Blueprint files are paths; research goals are sentences."""
+    if _command_of(argv) != "submit":
+        return False
+    rest = argv[argv.index("submit") + 1 :]
+    return any(" " in tok and not tok.startswith("-") and not Path(tok).exists() for tok in rest)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    args = build_parser(with_leader=_command_of(argv) not in _OWN).parse_args(argv)
+    goal = _submits_goal(argv)
+    args = build_parser(with_leader=goal or _command_of(argv) not in _OWN, goal_submit=goal).parse_args(argv)
     from a3r.exceptions import A3RError
 
     try:

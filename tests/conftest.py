@@ -8,13 +8,13 @@ import time
 import pytest
 import torch
 import uvicorn
+from tests_support import ADMIN_TOKEN, free_port
 
 from engine.client import SwarmClient
 from engine.config import SwarmConfig
 from engine.server.app import create_app
 from engine.server.core import SwarmServer
 from engine.server.serve import default_backend_factory
-from tests_support import ADMIN_TOKEN, free_port
 
 # Two cores: keep torch from oversubscribing them when tests run beside server threads.
 torch.set_num_threads(2)

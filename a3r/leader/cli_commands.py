@@ -1,4 +1,5 @@
-"""`a3r research "<goal>"`, `a3r resume <campaign>` and `a3r demo`: the leader's command-line entry points.
+"""`a3r submit "<goal>"` (alias `a3r research`), `a3r resume <campaign>` and `a3r demo`: the leader's
+command-line entry points.
 
 `add_leader_commands(subparsers)` registers them on the `a3r` parser, whose global `--workspace/--db`
 options they honour. When `--workspace` is left at its default, a campaign gets its own workspace,
@@ -36,15 +37,54 @@ def _slug(text: str) -> str:
     return "-".join(words[:6]) or "campaign"
 
 
+def _budget_overrides(items: list[str]) -> dict[str, Any]:
+    """`--budget max_runs=24,wall_time_s=900` (repeatable) as ResearchBudget fields; unknown keys fail."""
+    from a3r.leader.design import ResearchBudget
+
+    out: dict[str, Any] = {}
+    for item in items:
+        for part in filter(None, (x.strip() for x in item.split(","))):
+            key, sep, value = part.partition("=")
+            key = key.strip().replace("-", "_")
+            if not sep or key not in ResearchBudget.model_fields:
+                known = ", ".join(ResearchBudget.model_fields)
+                raise ValueError(f"--budget takes KEY=VALUE with KEY one of: {known}; got {part!r}")
+            out[key] = yaml.safe_load(value)
+    return out
+
+
+def _hosts_config(path: str):
+    """The WorkspaceConfig of a `--hosts` file: a whole a3r.yaml, or a YAML list of hosts."""
+    from a3r.config import WorkspaceConfig
+
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except OSError as e:
+        raise ValueError(f"--hosts {path}: cannot read it ({e.strerror})") from e
+    except yaml.YAMLError as e:
+        raise ValueError(f"--hosts {path}: not valid YAML ({e})") from e
+    if isinstance(data, list):
+        data = {"hosts": data}
+    return WorkspaceConfig.parse(data, source=path)
+
+
 def _workspace(args: argparse.Namespace, campaign: str):
     from a3r.api import Workspace
     from a3r.config import CONFIG_FILE, HostSpec, WorkspaceConfig
 
     default = args.workspace in (None, ".") and not os.environ.get("A3R_WORKSPACE")
     root = Path("campaigns") / campaign if default else Path(args.workspace)
+    hosts = getattr(args, "hosts", None)
     if not (root / CONFIG_FILE).exists():
-        return Workspace.create(
-            root, WorkspaceConfig(hosts=[HostSpec(name="local", slots=args.slots)]), db_path=args.db
+        if hosts:
+            config = _hosts_config(hosts)
+        else:
+            config = WorkspaceConfig(hosts=[HostSpec(name="local", slots=args.slots)])
+        return Workspace.create(root, config, db_path=args.db)
+    if hosts:
+        raise ValueError(
+            f"--hosts applies to a new workspace, but {root / CONFIG_FILE} exists: edit it, or pick a new "
+            "--campaign name"
         )
     return Workspace(root, db_path=args.db)
 
@@ -81,14 +121,17 @@ def _run(args: argparse.Namespace, goal: str) -> int:
     campaign = args.campaign or _slug(goal)
     try:
         budget = ResearchBudget(
-            max_stages=args.max_stages,
-            min_stages=min(args.min_stages, args.max_stages),
-            max_runs=args.max_runs,
-            seeds=args.seeds,
-            max_seeds=max(args.max_seeds, args.seeds),
-            steps=args.steps,
-            wall_time_s=args.wall_time,
-            grid_points=args.grid_points,
+            **{
+                "max_stages": args.max_stages,
+                "min_stages": min(args.min_stages, args.max_stages),
+                "max_runs": args.max_runs,
+                "seeds": args.seeds,
+                "max_seeds": max(args.max_seeds, args.seeds),
+                "steps": args.steps,
+                "wall_time_s": args.wall_time,
+                "grid_points": args.grid_points,
+                **_budget_overrides(args.budget),
+            }
         )
         config = LeaderConfig(
             campaign=campaign,
@@ -191,18 +234,32 @@ def _campaign_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--steps", type=int, default=20, help="training steps per run")
     g.add_argument("--grid-points", type=int, default=5, help="values of the studied variable in stage 1")
     g.add_argument("--wall-time", type=float, default=3600.0, help="seconds per attempt before it is killed")
+    g.add_argument(
+        "--budget",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE[,KEY=VALUE]",
+        help="any ResearchBudget field, e.g. --budget max_runs=24,wall_time_s=900 (wins over the flags above)",
+    )
+    p.add_argument(
+        "--hosts",
+        metavar="FILE",
+        help="YAML with the hosts to run on (a `hosts:` list, or a whole a3r.yaml) for a new campaign workspace",
+    )
     _policy_args(p)
 
 
-def add_leader_commands(subparsers: Any) -> None:
-    """Register `research`, `resume` and `demo` on the `a3r` command's subparsers."""
-    s = subparsers.add_parser("research", help="run a research campaign from a goal to its report")
-    s.add_argument(
-        "goal",
-        help='the research goal, e.g. "find the smallest batch size that still trains arithmetic (1 to 64)"',
-    )
-    _campaign_args(s)
-    s.set_defaults(fn=cmd_research)
+def add_leader_commands(subparsers: Any, *, goal_submit: bool = False) -> None:
+    """Register `research`, `resume` and `demo` on the `a3r` command's subparsers (and `submit` as the
+    goal form of `research` when `goal_submit`; otherwise `submit` is the execution plane's blueprint form)."""
+    for name in ("research", "submit") if goal_submit else ("research",):
+        s = subparsers.add_parser(name, help="run a research campaign from a goal to its report")
+        s.add_argument(
+            "goal",
+            help='the research goal, e.g. "find the smallest batch size that still trains arithmetic (1 to 64)"',
+        )
+        _campaign_args(s)
+        s.set_defaults(fn=cmd_research)
 
     s = subparsers.add_parser(
         "demo", help="the main job: the reference study scaled to this CPU (offline policy)"

@@ -44,9 +44,15 @@ def test_cli_session(capsys, wsdir, tmp_path):
     code, out, _ = run(capsys, *w, "runs", "--json")
     assert [r["state"] for r in json.loads(out)] == ["succeeded", "succeeded"]
     code, out, _ = run(capsys, *w, "status", "--json")
-    assert json.loads(out)["runs"] == {"succeeded": 2} and json.loads(out)["monitor_pid"] is None
+    status = json.loads(out)
+    assert status["runs"] == {"succeeded": 2} and status["monitor_pid"] is None
+    assert [(s["campaign"], s["stage"], s["runs"], s["done"]) for s in status["stages"]] == [
+        ("cli", "first", {"succeeded": 2}, 2)
+    ]
+    code, out, _ = run(capsys, *w, "status")
+    assert code == 0 and "cli / first" in out
     code, out, _ = run(capsys, *w, "watch", "--once")
-    assert code == 0 and "succeeded: 2" in out and "100%" in out
+    assert code == 0 and "succeeded: 2" in out and "100%" in out and "cli / first" in out
     code, out, _ = run(capsys, *w, "attempts", "1")
     assert code == 0 and "succeeded" in out
     code, out, _ = run(capsys, *w, "hosts", "--json")

@@ -118,3 +118,52 @@ def test_one_leader_per_campaign(ws, tmp_path):
             resume_campaign(ws, OfflinePolicy(), "busy")
     with pytest.raises(CampaignError, match="no campaign 'busy' to resume"):  # released: on to the real check
         resume_campaign(ws, OfflinePolicy(), "busy")
+
+
+def test_submit_with_a_goal_sentence_runs_the_leader(tmp_path, monkeypatch, capsys):
+    """`a3r submit "<goal>"` is the leader's goal form; the same word with YAML paths adds blueprints."""
+    from a3r.cli import _submits_goal, main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("A3R_WORKSPACE", raising=False)
+    monkeypatch.delenv("A3R_LLM_BASE_URL", raising=False)
+    assert _submits_goal(["submit", "find the smallest batch size (1 to 8)"])
+    assert not _submits_goal(["submit", "a.yaml", "--campaign", "c"])
+    assert not _submits_goal(["-w", "x", "runs"])
+    assert main(["submit", "make the model better", "--campaign", "vague"]) == 2
+    assert "cannot understand the goal" in capsys.readouterr().err
+    assert (tmp_path / "campaigns" / "vague" / "a3r.yaml").exists()
+
+
+def test_hosts_file_and_budget_overrides(tmp_path, monkeypatch, capsys):
+    from a3r.api import Workspace
+    from a3r.cli import main
+    from a3r.leader.cli_commands import _budget_overrides
+
+    assert _budget_overrides(["max_runs=24,wall_time_s=900", "max-stages=3"]) == {
+        "max_runs": 24,
+        "wall_time_s": 900,
+        "max_stages": 3,
+    }
+    with pytest.raises(ValueError, match="KEY one of: max_stages"):
+        _budget_overrides(["runs=3"])
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("A3R_WORKSPACE", raising=False)
+    monkeypatch.delenv("A3R_LLM_BASE_URL", raising=False)
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text("- name: box\n  slots: [{name: a}, {name: b}]\n")
+    goal = "make the model better"
+    assert main(["submit", goal, "--campaign", "h", "--hosts", str(hosts)]) == 2
+    ws = Workspace(tmp_path / "campaigns" / "h")
+    assert [(h.name, [s.name for s in h.slots]) for h in ws.config.hosts] == [("box", ["a", "b"])]
+    ws.close()
+    capsys.readouterr()
+    # A second submit may not silently ignore --hosts on the existing workspace.
+    assert main(["submit", goal, "--campaign", "h", "--hosts", str(hosts)]) == 2
+    assert "--hosts applies to a new workspace" in capsys.readouterr().err
+    assert main(["submit", goal, "--campaign", "b", "--budget", "max_runs=1"]) == 2
+    assert "max_runs" in capsys.readouterr().err
+    hosts.write_text("- name: box\n  kind: ssh\n")
+    assert main(["submit", goal, "--campaign", "bad-hosts", "--hosts", str(hosts)]) == 2
+    assert "hosts.yaml is invalid" in capsys.readouterr().err

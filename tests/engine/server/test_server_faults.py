@@ -9,8 +9,9 @@ import sys
 import textwrap
 import time
 
-from engine.config import SwarmConfig
 from tests_support import ADMIN_TOKEN
+
+from engine.config import SwarmConfig
 
 CLIENT = textwrap.dedent(
     """

@@ -12,11 +12,11 @@ import time
 
 import httpx
 import torch
+from tests_support import ADMIN_TOKEN, free_port
 
 from engine.client import SwarmClient
 from engine.config import SwarmConfig
 from engine.training.checkpoint import latest_checkpoint
-from tests_support import ADMIN_TOKEN, free_port
 
 PROMPT = [{"role": "user", "content": "Count to three."}]
 
