@@ -88,6 +88,9 @@ class TrainingConfig(_Frozen):
     merge: Literal["off", "token", "text"] = Field(
         "token", description="Timeline merging: token ids (exact) or text (merges more, tolerates tokenizer drift)."
     )
+    share_prefix: bool = Field(
+        True, description="Run a prefix common to a micro-batch's rows (a group's prompt) once per forward."
+    )
 
 
 class EpisodeConfig(_Frozen):

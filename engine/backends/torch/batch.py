@@ -8,7 +8,6 @@ Rows that finish leave the batch at the end of the step (continuous batching).
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 from collections import Counter
 from collections.abc import Callable
@@ -23,14 +22,6 @@ from engine.backends.torch import kv
 from engine.backends.torch.sampling import sample_next
 
 log = logging.getLogger(__name__)
-
-
-def _cache_kwarg(model: Any) -> str:
-    """transformers renamed `past_key_values` to `cache` (5.2x; the old name goes in 5.40): use what exists."""
-    base = (
-        model.get_base_model() if hasattr(model, "get_base_model") else model
-    )  # peft wrappers take **kwargs
-    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
 
 
 @dataclass
@@ -106,7 +97,7 @@ class DecodeBatch:
         self.pad_id = pad_id
         self.stats = stats
         self.device = next(model.parameters()).device
-        self.cache_kwarg = _cache_kwarg(model)
+        self.cache_kwarg = kv.cache_kwarg(model)
         self.reset()
 
     def reset(self) -> None:

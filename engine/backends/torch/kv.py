@@ -14,6 +14,9 @@ linear-attention layers hold state that cannot be padded this way.
 
 from __future__ import annotations
 
+import inspect
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
@@ -62,3 +65,11 @@ def trim_left(cache: DynamicCache, mask: torch.Tensor) -> torch.Tensor:
         layer.keys = layer.keys[:, :, lead:, :]
         layer.values = layer.values[:, :, lead:, :]
     return mask[:, lead:]
+
+
+def cache_kwarg(model: Any) -> str:
+    """transformers renamed `past_key_values` to `cache` (5.2x; the old name goes in 5.40): use what exists."""
+    base = (
+        model.get_base_model() if hasattr(model, "get_base_model") else model
+    )  # peft wrappers take **kwargs
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"

@@ -19,10 +19,12 @@ import torch
 
 from engine.algorithms import get_advantage_estimator, get_policy_loss
 from engine.algorithms.losses import entropy_from_logits, token_logprobs
+from engine.backends.torch.forward import plan_forward, target_logits
+from engine.backends.torch.kv import cache_kwarg
 from engine.config import SwarmConfig
 from engine.training.algo_config import advantage_config, loss_config
 from engine.training.batch import build_samples, chunks, collate
-from engine.types import EpisodeResult
+from engine.types import EpisodeResult, Sample
 
 
 class TorchTrainer:
@@ -40,6 +42,7 @@ class TorchTrainer:
         self.adv_cfg = advantage_config(cfg)
         self.loss_cfg = loss_config(cfg)
         self.global_step = 0
+        self.cache_kwarg = cache_kwarg(model)
 
     def _reference(self):
         """Context in which the model computes reference log-probs: LoRA disables its adapter."""
@@ -54,8 +57,9 @@ class TorchTrainer:
             rewards_N=rewards_N, group_ids_N=[e.task_id for e in batch], cfg=self.adv_cfg
         )
         samples = build_samples(batch, t.merge, adv_N)
-        # Similar lengths side by side waste less padding; the order is deterministic.
-        samples.sort(key=lambda s: s.timeline.n_tokens)
+        # Same prompt side by side, then similar lengths: a micro-batch is then mostly one group, whose
+        # prompt the forward pass runs once (see forward.py), with little padding. Deterministic order.
+        samples.sort(key=_prompt_then_length)
         totals: dict[str, float] = {}
         n_micro = 0
         grad_norms: list[float] = []
@@ -67,19 +71,15 @@ class TorchTrainer:
                 for micro in chunks(len(mini_samples), t.micro_batch_size):
                     c = collate(mini_samples[micro], self.pad_id)
                     n_tokens += c.n_tokens
+                    plan = plan_forward(c, share_prefix=t.share_prefix)
+                    targets = c.target_ids_BT[:, plan.start :]
                     ref_logp = None
                     if self.loss_cfg.kl_coef > 0:
                         with torch.no_grad(), self._reference():
-                            ref_logits = self.model(
-                                input_ids=c.input_ids_BT, attention_mask=c.attention_mask_BT
-                            ).logits
-                            ref_logp = token_logprobs(ref_logits[:, :-1].float(), c.target_ids_BT)
-                    logits = (
-                        self.model(input_ids=c.input_ids_BT, attention_mask=c.attention_mask_BT)
-                        .logits[:, :-1]
-                        .float()
-                    )
-                    logp = token_logprobs(logits, c.target_ids_BT)
+                            ref_logits = target_logits(self.model, c, plan, self.cache_kwarg)
+                            ref_logp = token_logprobs(ref_logits.float(), targets)
+                    logits = target_logits(self.model, c, plan, self.cache_kwarg).float()
+                    logp = token_logprobs(logits, targets)
                     if self.loss_cfg.entropy_coef > 0:
                         entropy = entropy_from_logits(logits)
                     else:
@@ -87,9 +87,9 @@ class TorchTrainer:
                             entropy = entropy_from_logits(logits.detach())
                     loss, m = self.loss_fn(
                         logp_BT=logp,
-                        old_logp_BT=c.old_logp_BT,
+                        old_logp_BT=c.old_logp_BT[:, plan.start :],
                         advantages_B=c.advantages_B,
-                        mask_BT=c.mask_BT,
+                        mask_BT=c.mask_BT[:, plan.start :],
                         weights_B=c.weights_B,
                         cfg=self.loss_cfg,
                         ref_logp_BT=ref_logp,
@@ -118,3 +118,10 @@ class TorchTrainer:
             train_time_s=time.perf_counter() - t0,
         )
         return out
+
+
+def _prompt_then_length(sample: Sample) -> tuple[list[int], int]:
+    """Sort key: the tokens before the first trainable one, then the length."""
+    tl = sample.timeline
+    first = next((i for i, m in enumerate(tl.loss_mask) if m), tl.n_tokens)
+    return tl.token_ids[:first], tl.n_tokens

@@ -1,0 +1,104 @@
+"""The trainer's forward pass (engine/backends/torch/forward.py): the split plan by hand, and the same
+log-probs and gradients as a plain full forward on the tiny model, full weights and LoRA."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from engine.algorithms.losses import token_logprobs
+from engine.backends.torch.forward import ForwardPlan, plan_forward, target_logits
+from engine.backends.torch.kv import cache_kwarg
+from engine.config import ModelConfig
+from engine.models import load_model
+from engine.training.batch import collate
+from engine.types import Author, Block, Sample, Timeline
+
+
+def _sample(prompt: list[int], reply: list[int], tail: list[int] | None = None) -> Sample:
+    blocks = [Block(Author.ENV, "", prompt), Block(Author.LLM, "", reply, [-1.0] * len(reply), True)]
+    if tail:
+        blocks.append(Block(Author.ENV, "", tail))
+    return Sample(Timeline(blocks), "e", "t", 0.0, 1.0)
+
+
+def test_plan_by_hand():
+    # rows share tokens 0..2; the first trainable target (x_4 predicted at column 3) is in row 0
+    c = collate([_sample([1, 2, 3, 4], [5, 6]), _sample([1, 2, 3, 9, 9], [7])], pad_id=0)
+    assert plan_forward(c) == ForwardPlan(prefix=3, start=3)
+    # identical prompts: the prefix reaches the first trainable target and stops there
+    c = collate([_sample([1, 2, 3], [5, 6]), _sample([1, 2, 3], [7])], pad_id=0)
+    assert plan_forward(c) == ForwardPlan(prefix=2, start=2)
+    # one row, sharing switched off, or nothing trainable: no prefix pass
+    assert plan_forward(collate([_sample([1, 2, 3], [5])], pad_id=0)) == ForwardPlan(prefix=0, start=2)
+    assert plan_forward(c, share_prefix=False) == ForwardPlan(prefix=0, start=2)
+    frozen = Sample(Timeline([Block(Author.ENV, "", [1, 2, 3])]), "e", "t", 0.0, 1.0)
+    assert plan_forward(collate([frozen, frozen], pad_id=0)) == ForwardPlan(prefix=0, start=0)
+    # the very first token differs: nothing to share
+    c = collate([_sample([1, 2], [5]), _sample([8, 2], [5])], pad_id=0)
+    assert plan_forward(c) == ForwardPlan(prefix=0, start=1)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return load_model(ModelConfig(name="tiny", seed=0), device="cpu")
+
+
+def _batch():
+    """A group: one prompt, replies of different lengths (right padding), one with a trailing env block,
+    plus a row whose prompt differs late, so the shared prefix stops short of the replies."""
+    prompt = [1, 17, 300, 42, 9, 1000, 77, 5, 6]
+    other = prompt[:6] + [500, 501, 502, 503]
+    return [
+        _sample(prompt, [11, 12, 13, 14]),
+        _sample(prompt, [21, 22]),
+        _sample(prompt, [31, 32, 33], tail=[2, 3]),
+        _sample(other, [41, 42, 43, 44, 45]),
+    ]
+
+
+def _plain(model, c):
+    logits = model(input_ids=c.input_ids_BT, attention_mask=c.attention_mask_BT).logits[:, :-1]
+    return token_logprobs(logits.float(), c.target_ids_BT)
+
+
+def _split(model, c, share: bool):
+    plan = plan_forward(c, share_prefix=share)
+    logits = target_logits(model, c, plan, cache_kwarg(model))
+    logp = token_logprobs(logits.float(), c.target_ids_BT[:, plan.start :])
+    return torch.nn.functional.pad(logp, (c.mask_BT.shape[1] - logp.shape[1], 0)), plan
+
+
+def _logp_and_grads(model, c, forward):
+    """Masked log-probs and the gradients of a row-weighted sum of them (weights of both signs)."""
+    model.zero_grad(set_to_none=True)
+    logp = forward(model, c) * c.mask_BT
+    weights = torch.tensor([1.0, -2.0, 0.5, 3.0])[: len(logp)]
+    (logp * weights[:, None]).sum().backward()
+    return logp.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+@pytest.mark.parametrize("share", [True, False], ids=["shared-prefix", "targets-only"])
+@pytest.mark.parametrize("rows", [3, 4], ids=["one-group", "group+other"])
+def test_same_logprobs_and_gradients_as_a_plain_forward(tiny, lora, share, rows):
+    model = copy.deepcopy(tiny.model)
+    if lora:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+        for n, p in model.named_parameters():  # non-zero B, so the adapter's A gets a gradient too
+            if "lora_B" in n:
+                torch.nn.init.normal_(p, std=0.02)
+    model.eval()
+    c = collate(_batch()[:rows], tiny.tokenizer.pad_token_id)
+    plan = plan_forward(c, share_prefix=share)
+    assert plan.prefix == (0 if not share else 9 - 1 if rows == 3 else 6)
+    ref_logp, ref_grads = _logp_and_grads(model, c, _plain)
+    got_logp, got_grads = _logp_and_grads(model, c, lambda m, c: _split(m, c, share)[0])
+    torch.testing.assert_close(got_logp, ref_logp, atol=1e-5, rtol=1e-5)
+    assert ref_grads.keys() == got_grads.keys() and ref_grads
+    for name, g in ref_grads.items():
+        torch.testing.assert_close(got_grads[name], g, atol=1e-5, rtol=1e-4, msg=name)
