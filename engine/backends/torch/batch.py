@@ -29,6 +29,7 @@ class GenerationStats:
     """Counters of the forward passes the engine ran; `rows_histogram[b]` = passes with batch size b."""
 
     prefill_passes: int = 0
+    prefill_rows: int = 0  # prompts run through prefill (identical prompts count once)
     decode_passes: int = 0
     tokens_generated: int = 0
     rows_histogram: Counter = field(default_factory=Counter)
@@ -42,12 +43,13 @@ class GenerationStats:
         return max(self.rows_histogram, default=0)
 
     def reset(self) -> None:
-        self.prefill_passes = self.decode_passes = self.tokens_generated = 0
+        self.prefill_passes = self.prefill_rows = self.decode_passes = self.tokens_generated = 0
         self.rows_histogram.clear()
 
     def record(self, kind: str, rows: int) -> None:
         if kind == "prefill":
             self.prefill_passes += 1
+            self.prefill_rows += rows
         else:
             self.decode_passes += 1
         self.rows_histogram[rows] += 1
@@ -135,23 +137,26 @@ class DecodeBatch:
         return out.logits[:, -1, :]
 
     def _prefill(self, reqs: list[Request], done: list[Request]) -> None:
-        width = max(len(r.prompt) for r in reqs)
-        ids = torch.full((len(reqs), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(reqs), width), dtype=torch.long)
-        for i, r in enumerate(reqs):
-            ids[i, width - len(r.prompt) :] = torch.tensor(r.prompt)
-            mask[i, width - len(r.prompt) :] = 1
+        # Identical prompts (the n choices of a request, the G episodes of a GRPO group arriving as
+        # separate calls) are prefilled once; their cache rows are then copied, one per choice.
+        unique: dict[tuple[int, ...], int] = {}
+        for r in reqs:
+            unique.setdefault(tuple(r.prompt), len(unique))
+        prompts = list(unique)
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for i, prompt in enumerate(prompts):
+            ids[i, width - len(prompt) :] = torch.tensor(prompt)
+            mask[i, width - len(prompt) :] = 1
         ids, mask = ids.to(self.device), mask.to(self.device)
         pos = (mask.cumsum(-1) - 1).clamp_(min=0)
         cache = DynamicCache()
         logits = self._forward(ids, mask, pos, cache)
-        self.stats.record("prefill", len(reqs))
-        # The n choices of a request share one prompt: prefill once, then copy its cache row n times.
-        counts = [r.params.n for r in reqs]
-        if any(c != 1 for c in counts):
-            expand = torch.arange(len(reqs), device=self.device).repeat_interleave(
-                torch.tensor(counts, device=self.device)
-            )
+        self.stats.record("prefill", len(prompts))
+        source = [unique[tuple(r.prompt)] for r in reqs for _ in range(r.params.n)]
+        if source != list(range(len(prompts))):
+            expand = torch.tensor(source, device=self.device)
             mask = kv.select_rows(cache, mask, expand)
             logits = logits.index_select(0, expand)
         rows = [

@@ -113,6 +113,25 @@ def test_concurrent_requests_share_forward_passes(engine, prompts):
     assert engine.stats.max_rows == 8
 
 
+def test_identical_prompts_in_separate_calls_are_prefilled_once(engine, prompts):
+    """A GRPO group arrives as G separate calls with one prompt: one prefill row for it, and every
+    row still samples exactly what it samples alone (same seed, same tokens and logprobs)."""
+    params = [SamplingParams(max_new_tokens=8, temperature=1.0, seed=s) for s in range(4)]
+    group = [(prompts[1], p) for p in params] + [(prompts[3], p) for p in params[:2]]
+
+    async def main():
+        alone = [(await engine.generate(prompt, p))[0] for prompt, p in group]
+        engine.stats.reset()
+        together = await asyncio.gather(*[engine.generate(prompt, p) for prompt, p in group])
+        return alone, [c for (c,) in together]
+
+    alone, together = run(main())
+    assert (engine.stats.prefill_passes, engine.stats.prefill_rows) == (1, 2)  # one row per distinct prompt
+    for a, b in zip(alone, together, strict=True):
+        assert b.token_ids == a.token_ids
+        assert b.logprobs == pytest.approx(a.logprobs, abs=1e-4)
+
+
 def test_sequential_mode_runs_one_row_at_a_time(tiny, prompts):
     eng = TorchInferenceEngine.from_loaded(tiny, max_batch_rows=1)
     try:
