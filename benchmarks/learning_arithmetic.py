@@ -74,7 +74,7 @@ def main() -> None:
 
     before = [r["curve"][0][1] for r in results]
     after = [r["curve"][-1][1] for r in results]
-    gains = [a - b for a, b in zip(after, before)]
+    gains = [a - b for a, b in zip(after, before, strict=True)]
     report = {
         "config": vars(args),
         "runs": results,
@@ -89,7 +89,7 @@ def main() -> None:
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     for r in results:
-        xs, ys = zip(*r["curve"])
+        xs, ys = zip(*r["curve"], strict=True)
         ax1.plot(xs, ys, marker="o", label=f"seed {r['seed']}")
         ax2.plot(range(1, len(r["train_reward"]) + 1), r["train_reward"], label=f"seed {r['seed']}")
     ax1.set(xlabel="training step", ylabel="held-out greedy accuracy", title=f"{args.model} on arithmetic")

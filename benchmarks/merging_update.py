@@ -13,13 +13,14 @@ episodes and counts its calls: SmolLM2-135M mostly answers without a `<tool_call
 ends after one call and there is nothing to merge. The benchmark therefore uses `WorkflowCalculator`, a fixed
 multi-turn workflow over the same items and tools: every episode makes exactly `--turns` LLM calls; after
 each call the environment answers with the tool results when the model called the calculator, otherwise with
-a follow-up user message (a calculator hint, finally "give the final answer"). Reward 1 when the last
-reply's last integer is a * b + c. Every call re-sends the whole conversation (system prompt with the tool
+a follow-up user message (what the calculator returns for the expression; finally "reply with just the final
+number"). Reward 1 when the last reply's last integer is a * b + c. (`--hard` withholds the result: the
+hints only give a * b and the model must add c itself; SmolLM2-135M then never earns a reward.) Every call re-sends the whole conversation (system prompt with the tool
 schema, earlier replies), so the calls of an episode share prefixes, as in real agent loops.
 
-    python benchmarks/merging_update.py --probe 16                       # does the built-in agent make >1 call?
-    python benchmarks/merging_update.py                                   # 2 prompts x G=4, 3 turns, 5 steps
-    python benchmarks/merging_update.py --steps 2 --prompts 1 --group 2 --out-dir /tmp/merge_small   # smoke
+    python benchmarks/merging_update.py --steps 0 --probe 16       # only: does the built-in agent make >1 call?
+    python benchmarks/merging_update.py       # probe, then 2 items x G=4, 3 calls of <=96 tokens, 4 steps
+    python benchmarks/merging_update.py --model tiny --steps 2 --prompts 1 --group 2 --out-dir /tmp/m   # smoke
 """
 
 from __future__ import annotations
@@ -115,10 +116,11 @@ class WorkflowCalculator(CalculatorAgent):
 
     name = "calculator-workflow"
 
-    def __init__(self, turns: int = 3, log: CallLog | None = None) -> None:
+    def __init__(self, turns: int = 3, log: CallLog | None = None, hard: bool = False) -> None:
         super().__init__(max_turns=turns)
         self.turns = turns
         self.log = log
+        self.hard = hard
 
     @staticmethod
     def _operands(item: Item) -> tuple[int, int, int]:
@@ -127,12 +129,23 @@ class WorkflowCalculator(CalculatorAgent):
         return int(a), int(b), int(c)
 
     def follow_up(self, item: Item, turn: int) -> str:
-        """The user message after call `turn` (0-based) when the model made no tool call."""
+        """The user message after call `turn` (0-based) when the model made no tool call: first what the
+        calculator returns for the expression, at the end a request for the bare number. The model only has
+        to relay the result, so a 135M model earns some reward and GRPO groups are not all zero."""
         a, b, c = self._operands(item)
+        if self.hard:
+            if turn == self.turns - 2:
+                return f"Now give the final answer to {a} * {b} + {c}. Reply with just the number."
+            hints = [
+                f"The calculator says {a} * {b} = {a * b}.",
+                f"And {a * b} + {c} = ? Think step by step.",
+            ]
+            return hints[min(turn, len(hints) - 1)]
         if turn == self.turns - 2:
-            return f"Now give the final answer to {a} * {b} + {c}. Reply with just the number."
-        hints = [f"The calculator says {a} * {b} = {a * b}.", f"And {a * b} + {c} = ? Think step by step."]
-        return hints[min(turn, len(hints) - 1)]
+            return "Now reply with just the final number."
+        if turn == 0:
+            return f"The calculator says {a} * {b} = {a * b}, and {a * b} + {c} = {a * b + c}."
+        return "Check the calculation once more."
 
     def run(self, llm: Any, model: str, item: Item, sampling: dict[str, Any]) -> float:
         llm = CountingLLM(llm)
@@ -245,7 +258,7 @@ def run_benchmark(args) -> tuple[dict[str, list[dict[str, Any]]], str | None]:
     work = Path(args.work_dir)
     modes = args.modes
     log = CallLog()
-    agent = WorkflowCalculator(turns=args.turns, log=log)
+    agent = WorkflowCalculator(turns=args.turns, log=log, hard=args.hard)
     items = agent.dataset(args.prompts * args.steps, seed=args.seed)
     sampling = {"temperature": args.temperature, "max_tokens": args.max_tokens}
     servers: dict[str, ServerProcess] = {}
@@ -436,11 +449,12 @@ def plot(result: dict[str, Any], path: Path) -> None:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="smollm2-135m")
-    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--steps", type=int, default=4)
     p.add_argument("--prompts", type=int, default=2, help="B: calculator items per step")
     p.add_argument("--group", type=int, default=4, help="G: episodes per item")
     p.add_argument("--turns", type=int, default=3, help="LLM calls per episode of the workflow agent")
-    p.add_argument("--max-tokens", type=int, default=32)
+    p.add_argument("--hard", action="store_true", help="follow-ups withhold the final result (see above)")
+    p.add_argument("--max-tokens", type=int, default=96)
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--lr", type=float, default=1e-5)
     p.add_argument(

@@ -46,11 +46,18 @@ import time
 import traceback
 from pathlib import Path
 
-import torch
-
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+
+# One OpenMP environment for both sides. Importing `engine` sets OMP_WAIT_POLICY=PASSIVE unless it is
+# already set (engine/__init__.py); libgomp reads it once, when torch loads it. So engine goes first: then
+# TRL (in this process) and our server (a subprocess inheriting os.environ) run under the same policy.
+# Importing torch first would leave TRL on libgomp's spinning default while our server got PASSIVE.
+# To compare under another policy: OMP_WAIT_POLICY=ACTIVE python benchmarks/trl_compare.py
+import engine  # noqa: E402, F401, I001
+
+import torch  # noqa: E402
 
 import engine.jobs as jobs  # noqa: E402
 from engine.client import SwarmClient  # noqa: E402
@@ -415,7 +422,8 @@ def plot(result: dict, path: Path) -> None:
         title += f", CPU {cratio:.2f}x"
     ax2.set_title(title)
     ax2.set_ylabel("seconds / step")
-    ax2.legend(fontsize=8)
+    ax2.set_ylim(0, max(tot + cpu) * 1.35)
+    ax2.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -440,7 +448,12 @@ def main() -> int:
     p.add_argument("--work-dir", default="/tmp/trl_compare")
     p.add_argument("--out-dir", default="docs/benchmarks")
     p.add_argument("--name", default="trl_compare")
+    p.add_argument("--replot", metavar="JSON", help="only redraw the plot of a saved result (PNG next to it)")
     args = p.parse_args()
+    if args.replot:
+        path = Path(args.replot)
+        plot(json.loads(path.read_text()), path.with_suffix(".png"))
+        return 0
     if (args.prompts * args.group) % args.micro:
         p.error("--micro must divide prompts * group")
 
@@ -478,6 +491,7 @@ def main() -> int:
         "python": platform.python_version(),
         "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "unset (libgomp default)"),
         "trl_version": __import__("trl").__version__,
         "transformers_version": __import__("transformers").__version__,
         "args": vars(args),

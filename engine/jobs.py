@@ -141,7 +141,7 @@ def train(job: TrainJob, run_dir: Path) -> dict:
                 episodes = [it for it in batch for _ in range(N)]
                 res = run_episodes(
                     client, episodes, lambda ep, it: task.run(ep.openai(max_retries=0), ep.model, it, sampling),
-                    task_id=lambda it: f"s{step}:{it.id}", concurrency=job.concurrency,
+                    task_id=lambda it, step=step: f"s{step}:{it.id}", concurrency=job.concurrency,
                     show_progress=True,
                 )
                 st = client.wait_for_step(step + 1, timeout=3600)

@@ -200,7 +200,7 @@ def _message(content: str, tool_calls: list[dict]) -> dict:
 
 def _completion_body(completions, parsed, n_prompt: int, model: str) -> dict:
     choices = []
-    for i, (c, (content, tool_calls)) in enumerate(zip(completions, parsed)):
+    for i, (c, (content, tool_calls)) in enumerate(zip(completions, parsed, strict=True)):
         finish = "tool_calls" if tool_calls else c.finish_reason
         choices.append({"index": i, "message": _message(content, tool_calls), "finish_reason": finish, "logprobs": None})
     return {
@@ -228,7 +228,7 @@ async def _sse(server: SwarmServer, ep: LiveEpisode, req: ChatCompletionRequest,
             if event.kind == "delta" and not req.tools:
                 yield chunk([{"index": event.index, "delta": {"content": event.text}, "finish_reason": None}])
             elif event.kind == "done":
-                for i, (c, (content, tool_calls)) in enumerate(zip(event.completions, event.parsed)):
+                for i, (c, (content, tool_calls)) in enumerate(zip(event.completions, event.parsed, strict=True)):
                     delta: dict = {}
                     rest = content[len(event.sent.get(i, "")) :] if content.startswith(event.sent.get(i, "")) else ""
                     if not req.tools and rest:
