@@ -68,7 +68,8 @@ class ServerProcess:
         cmd = [sys.executable, "-m", "engine.cli", "serve", "--port", str(self.port)]
         if run_dir is not None:
             cmd += ["--run-dir", str(run_dir)]
-        env = {**os.environ, "SWARM_ADMIN_TOKEN": self.token}
+        # The server exits when this process does, even on SIGKILL (see engine.server.serve.exit_with_parent).
+        env = {**os.environ, "SWARM_ADMIN_TOKEN": self.token, "SWARM_EXIT_WITH_PARENT": str(os.getpid())}
         out = open(log_path, "ab") if log_path else subprocess.DEVNULL
         self.proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
         self._wait_healthy()

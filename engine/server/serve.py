@@ -5,7 +5,10 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import signal
 import sys
+import threading
+import time
 from pathlib import Path
 
 import uvicorn
@@ -29,6 +32,26 @@ def resolve_admin_token(token: str | None, token_file: Path) -> str:
     return token
 
 
+PARENT_ENV = "SWARM_EXIT_WITH_PARENT"
+
+
+def exit_with_parent(parent_pid: int, period_s: float = 1.0) -> threading.Thread:
+    """SIGTERM this process (uvicorn then shuts down cleanly) once `parent_pid` is no longer its parent.
+
+    A job that starts its own server (`engine.jobs.ServerProcess`) sets this, so killing the job never
+    leaves an orphan server training on the machine and writing into the job's run directory.
+    """
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(period_s)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    t = threading.Thread(target=watch, name="exit-with-parent", daemon=True)
+    t.start()
+    return t
+
+
 def default_backend_factory(cfg: SwarmConfig):
     from engine.backends.factory import create_backend
 
@@ -48,6 +71,8 @@ def serve(
     token_file = token_file or Path(config.run_dir or ".swarm") / "admin_token"
     token = resolve_admin_token(admin_token or os.environ.get("SWARM_ADMIN_TOKEN"), token_file)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if os.environ.get(PARENT_ENV):
+        exit_with_parent(int(os.environ[PARENT_ENV]))
     server = SwarmServer(default_backend_factory, config)
     public = f"http://{host}:{port}" if host not in ("0.0.0.0", "::") else None
     app = create_app(server, token, public_url=public, autostart=autostart)

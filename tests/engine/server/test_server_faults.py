@@ -49,3 +49,42 @@ def test_client_killed_mid_episode(live_server):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+JOB = textwrap.dedent(
+    """
+    import sys, time
+    from engine.jobs import ServerProcess
+    srv = ServerProcess(None)
+    print(srv.proc.pid, flush=True)
+    time.sleep(600)
+    """
+)
+
+
+def test_a_jobs_server_exits_when_the_job_is_killed(tmp_path):
+    """SIGKILL on a job (no cleanup runs) must not leave its server behind, training into its run dir."""
+    job = subprocess.Popen([sys.executable, "-c", JOB], stdout=subprocess.PIPE, text=True, cwd=tmp_path)
+    server_pid = None
+    try:
+        server_pid = int(job.stdout.readline())
+        os.kill(server_pid, 0)  # alive while the job is
+        os.kill(job.pid, signal.SIGKILL)
+        job.wait()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                os.kill(server_pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.2)
+        else:
+            raise AssertionError(f"server {server_pid} outlived its job by 30 s")
+    finally:
+        if job.poll() is None:
+            job.kill()
+        if server_pid is not None:
+            try:
+                os.kill(server_pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
