@@ -5,7 +5,7 @@ Axes: B sequences, T tokens, V vocabulary. `mask_BT` is the binary loss mask (1 
 weighting gives each of the N samples of an episode 1/N). Every aggregation normalises by the *weighted*
 count it averages over, so duplicating a sample equals doubling its weight and a common factor on all
 weights changes nothing. Normalisers are those of the batch given: to accumulate gradients over
-micro-batches, call with the whole mini-batch or rescale outside.
+micro-batches exactly, scale each micro-batch's loss by its `aggregate_denominator` over the mini-batch's.
 
 Implemented (registered names, with the LossConfig defaults each registers; see `LossConfig.for_loss`):
 - `ppo_clip`: token-level PPO clipped surrogate, r_t = pi/pi_old per token,
@@ -21,7 +21,7 @@ Implemented (registered names, with the LossConfig defaults each registers; see 
 
 Regularisers, aggregated like the policy term: + kl_coef * KL(pi || pi_ref) (estimator k1/k2/k3) and
 - entropy_coef * entropy. Deliberately not here: value losses/GAE, dual-clip PPO, truncated importance
-sampling for rollout-vs-trainer mismatch, per-token advantages, loss scaling for gradient accumulation.
+sampling for rollout-vs-trainer mismatch, per-token advantages.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from engine.algorithms.registry import register_policy_loss
 
 __all__ = [
     "aggregate",
+    "aggregate_denominator",
     "dapo_loss",
     "entropy_from_logits",
     "gspo_loss",
@@ -63,6 +64,24 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> 
     return _safe_div(x.sum(dim), m.sum(dim))
 
 
+def aggregate_denominator(mask_BT: torch.Tensor, weights_B: torch.Tensor, mode: Aggregation) -> torch.Tensor:
+    """The weighted count `aggregate` divides by: sum_i w_i n_i for token_mean, else sum_{i: n_i > 0} w_i.
+
+    Every aggregation is num / den with num and den sums over sequences, so a mini-batch split into
+    micro-batches k has loss sum_k num_k / sum_k den_k = sum_k loss_k * den_k / sum_j den_j: weighting each
+    micro-batch's loss by its share of the denominator accumulates exactly the mini-batch's gradient.
+    """
+    m_BT = mask_BT.to(torch.float32)
+    w_B = weights_B.to(torch.float32)
+    if mode == "token_mean":
+        return (w_B[:, None] * m_BT).sum()
+    if mode not in ("seq_mean_token_mean", "seq_mean_token_sum_norm"):
+        raise ValueError(
+            f"unknown aggregation {mode!r}; valid: token_mean, seq_mean_token_mean, seq_mean_token_sum_norm"
+        )
+    return torch.where(m_BT.sum(-1) > 0, w_B, 0.0).sum()
+
+
 def aggregate(
     loss_BT: torch.Tensor,
     mask_BT: torch.Tensor,
@@ -78,24 +97,19 @@ def aggregate(
     seq_mean_token_sum_norm: sum_i w_i (sum_t m_it l_it / max_seq_len_norm) / sum_{i: n_i > 0} w_i
     Sequences without trainable tokens are left out of the sequence means' normalisers.
     """
-    m_BT = mask_BT.to(loss_BT.dtype)
+    den = aggregate_denominator(mask_BT, weights_B, mode).to(loss_BT.dtype)
     w_B = weights_B.to(loss_BT.dtype)
     loss_BT = torch.where(mask_BT.bool(), loss_BT, 0.0)
     if mode == "token_mean":
-        return _safe_div((w_B[:, None] * loss_BT).sum(), (w_B[:, None] * m_BT).sum())
-    n_B = m_BT.sum(-1)
+        return _safe_div((w_B[:, None] * loss_BT).sum(), den)
+    n_B = mask_BT.to(loss_BT.dtype).sum(-1)
     if mode == "seq_mean_token_mean":
         seq_B = _safe_div(loss_BT.sum(-1), n_B)
-    elif mode == "seq_mean_token_sum_norm":
+    else:
         if max_seq_len_norm is None:
             raise ValueError("mode 'seq_mean_token_sum_norm' needs max_seq_len_norm")
         seq_B = loss_BT.sum(-1) / max_seq_len_norm
-    else:
-        raise ValueError(
-            f"unknown aggregation {mode!r}; valid: token_mean, seq_mean_token_mean, seq_mean_token_sum_norm"
-        )
-    w_B = torch.where(n_B > 0, w_B, 0.0)
-    return _safe_div((w_B * seq_B).sum(), w_B.sum())
+    return _safe_div((torch.where(n_B > 0, w_B, 0.0) * seq_B).sum(), den)
 
 
 def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: KlEstimator) -> torch.Tensor:

@@ -18,7 +18,7 @@ from contextlib import nullcontext
 import torch
 
 from engine.algorithms import get_advantage_estimator, get_policy_loss
-from engine.algorithms.losses import entropy_from_logits, token_logprobs
+from engine.algorithms.losses import aggregate_denominator, entropy_from_logits, token_logprobs
 from engine.backends.torch.forward import plan_forward, target_logits
 from engine.backends.torch.kv import cache_kwarg
 from engine.config import SwarmConfig
@@ -68,8 +68,14 @@ class TorchTrainer:
             for mini in chunks(len(samples), t.mini_batch_size):
                 self.optimizer.zero_grad(set_to_none=True)
                 mini_samples = samples[mini]
-                for micro in chunks(len(mini_samples), t.micro_batch_size):
-                    c = collate(mini_samples[micro], self.pad_id)
+                micros = [
+                    collate(mini_samples[m], self.pad_id)
+                    for m in chunks(len(mini_samples), t.micro_batch_size)
+                ]
+                dens = [
+                    float(aggregate_denominator(c.mask_BT, c.weights_B, self.loss_cfg.agg)) for c in micros
+                ]
+                for c, den in zip(micros, dens, strict=True):
                     n_tokens += c.n_tokens
                     plan = plan_forward(c, share_prefix=t.share_prefix)
                     targets = c.target_ids_BT[:, plan.start :]
@@ -95,8 +101,9 @@ class TorchTrainer:
                         ref_logp_BT=ref_logp,
                         entropy_BT=entropy,
                     )
-                    # Each micro-batch's loss is a mean over its own sequences; weight by its share.
-                    (loss * ((micro.stop - micro.start) / len(mini_samples))).backward()
+                    # Each micro-batch's loss is normalised by its own count; its share of the mini-batch's
+                    # count makes the accumulated gradient the mini-batch's exactly.
+                    (loss * (den / sum(dens) if den else 0.0)).backward()
                     for k, v in m.items():
                         totals[k] = totals.get(k, 0.0) + float(v)
                     n_micro += 1
