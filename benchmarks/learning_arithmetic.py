@@ -56,7 +56,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=16)
     ap.add_argument("--batch", type=int, default=4, help="tasks per step (B)")
     ap.add_argument("--group", type=int, default=8, help="episodes per task (N)")
-    ap.add_argument("--lr", type=float, default=3e-5)
+    ap.add_argument("--lr", type=float, default=2e-5)
     ap.add_argument("--temperature", type=float, default=0.8)
     ap.add_argument("--max-tokens", type=int, default=12)
     ap.add_argument("--eval-size", type=int, default=100)
