@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -35,6 +36,7 @@ from a3r.monitor import Monitor
 from a3r.scheduler import Scheduler, TickReport
 from a3r.states import ACTIVE_ATTEMPT, RUN_TERMINAL, RunState
 from a3r.store import Attempt, Campaign, Run, Stage, Store
+from a3r.store.telemetry import pid_alive
 
 __all__ = ["FailureInfo", "HostStatus", "RunsStatus", "Workspace"]
 
@@ -190,11 +192,17 @@ class Workspace:
         return proc.pid
 
     def monitor_pid(self) -> int | None:
-        """Pid of the live monitor holding the lease on this machine, if any."""
+        """Pid of the live monitor holding the lease on this machine, if any.
+
+        A holder on this machine counts while its process exists, even if a slow tick (a loaded machine)
+        let the lease age past its TTL: it renews at the end of the tick. Elsewhere only the TTL can tell.
+        """
         lease = self.store.lease()
-        if lease is None or time.time() - lease.renewed_at > self.config.scheduler.lease_ttl:
+        if lease is None:
             return None
-        return lease.pid
+        if lease.hostname == socket.gethostname():
+            return lease.pid if pid_alive(lease.pid) else None
+        return lease.pid if time.time() - lease.renewed_at <= self.config.scheduler.lease_ttl else None
 
     def stop_monitor(self, timeout: float = 10.0) -> bool:
         """SIGTERM the monitor holding the lease on this machine and wait for it to let go."""

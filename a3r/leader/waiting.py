@@ -9,8 +9,6 @@ reached) and resumes the graph.
 from __future__ import annotations
 
 import os
-import socket
-import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -20,6 +18,7 @@ from a3r.api import Workspace
 from a3r.leader.goals import Goal
 from a3r.leader.observe import observe
 from a3r.states import RUN_TERMINAL, RunState
+from a3r.store.telemetry import pid_alive
 
 __all__ = ["early_drop", "ensure_monitor", "rung_ready", "should_wake"]
 
@@ -27,46 +26,23 @@ __all__ = ["early_drop", "ensure_monitor", "rung_ready", "should_wake"]
 _spawned: dict[Path, int] = {}  # workspace root -> pid of the monitor this process started
 
 
-def _alive(pid: int) -> bool:
-    """A live, non-zombie process on this machine."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
-
-
 def _child_running(pid: int) -> bool:
     try:
         done, _status = os.waitpid(pid, os.WNOHANG)  # also reaps it once it has exited
     except ChildProcessError:
-        return _alive(pid)
+        return pid_alive(pid)
     return done == 0
 
 
 def ensure_monitor(ws: Workspace) -> None:
     """Start the workspace's background monitor unless one is running (idempotent, cheap to call often).
 
-    The lease's freshness alone is not enough: a monitor takes seconds to start before it holds the lease,
-    and a slow tick on a loaded machine lets the lease age past its TTL; spawning on either would pile up
-    monitors. So a lease held by a live process on this machine counts as running, and so does the monitor
-    this process started while it has not exited.
+    A monitor takes seconds to start before it holds the lease; spawning again meanwhile would pile up
+    monitors. So the lease's live holder (`Workspace.monitor_pid`) counts as running, and so does the
+    monitor this process started while it has not exited.
     """
-    lease = ws.store.lease()
-    if lease is not None:
-        if lease.hostname == socket.gethostname() and _alive(lease.pid):
-            return
-        if (
-            lease.hostname != socket.gethostname()
-            and time.time() - lease.renewed_at <= ws.config.scheduler.lease_ttl
-        ):
-            return  # a monitor on another machine renews it
+    if ws.monitor_pid() is not None:
+        return
     pid = _spawned.get(ws.root)
     if pid is not None and _child_running(pid):
         return

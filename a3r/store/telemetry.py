@@ -182,9 +182,10 @@ class TelemetryOps:
         me = socket.gethostname()
         with write_tx(self.engine) as s:
             lease = s.get(MonitorLease, 1)
-            if lease is not None and not (lease.hostname == me and lease.pid == pid):
+            ours = lease is not None and lease.hostname == me and lease.pid == pid
+            if lease is not None and not ours:
                 age = now - lease.renewed_at
-                alive = age <= ttl_s and (lease.hostname != me or _pid_alive(lease.pid))
+                alive = age <= ttl_s and (lease.hostname != me or pid_alive(lease.pid))
                 if alive:
                     raise LeaseHeld(
                         f"monitor {lease.owner} holds this store's scheduler lease (renewed {age:.1f} s ago); "
@@ -194,7 +195,8 @@ class TelemetryOps:
             lease.owner, lease.hostname, lease.pid = f"{me}:{pid}", me, pid
             lease.acquired_at, lease.renewed_at = now, now
             s.add(lease)
-            s.add(Event(ts=now, kind="monitor_start", message=f"monitor {me}:{pid} took the lease"))
+            if not ours:  # re-taking our own lease (every `Workspace.poll`) is not news
+                s.add(Event(ts=now, kind="monitor_start", message=f"monitor {me}:{pid} took the lease"))
             s.flush()
             return lease
 
@@ -222,7 +224,8 @@ class TelemetryOps:
             return s.get(MonitorLease, 1)
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` exists on this machine and is not a zombie."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -62,7 +62,9 @@ def test_sigkill_worker_process(make_ws):
 
 
 def test_sigkill_monitor_and_restart(make_ws):
-    ws = make_ws(slots=2)
+    # A long lease TTL: on a loaded machine a slow tick must not let the second monitor take over the
+    # lease from a live first one (that takeover is legitimate, and tested in test_store, but not this test).
+    ws = make_ws(slots=2, lease_ttl_s=60)
     runs = ws.add_blueprints(
         _stage(ws).id, [make_bp(job("--steps", "10", "--sleep", "0.1"), seeds=range(6), steps=10)]
     )
