@@ -37,6 +37,7 @@ from typing import Any
 import torch
 
 from engine.backends.base import Completion, SamplingParams, TokenCallback
+from engine.backends.torch import packed_linear as packed_linear_mod
 from engine.backends.torch.batch import DecodeBatch, GenerationStats, Request
 from engine.errors import BadRequest
 from engine.models.tokens import end_of_turn_ids, ensure_pad_token
@@ -58,6 +59,7 @@ class TorchInferenceEngine:
 
     `max_batch_rows` bounds the rows decoded together (a request counts `n` rows; one bigger than the
     bound runs alone). `max_batch_rows=1` gives plain sequential generation, the baseline for benchmarks.
+    `packed_linear` gives the model's float32 CPU linear layers oneDNN-prepacked weights for inference.
     `stop_token_ids` defaults to the tokenizer's end-of-turn ids; an empty list never stops early.
     """
 
@@ -71,10 +73,13 @@ class TorchInferenceEngine:
         max_prefill_tokens: int = 8192,
         seed: int = 0,
         num_threads: int | None = None,
+        packed_linear: bool = True,
     ) -> None:
         if max_batch_rows < 1 or max_prefill_tokens < 1:
             raise ValueError("max_batch_rows and max_prefill_tokens must be >= 1")
         self.model = model
+        if packed_linear:  # decode-time fast path on CPU; training is unaffected (see packed_linear.py)
+            packed_linear_mod.install(model)
         self.tokenizer = tokenizer
         if stop_token_ids is None:
             stop_token_ids = end_of_turn_ids(tokenizer, getattr(model, "generation_config", None))
