@@ -49,8 +49,10 @@ async def _episodes(engine: TorchInferenceEngine, prompts: list[list[int]], new_
     return sum(len(c.token_ids) for choices in results for c in choices)
 
 
-def measure(loaded, prompts, new_tokens: int, max_batch_rows: int, stop_ids) -> dict:
-    engine = TorchInferenceEngine.from_loaded(loaded, max_batch_rows=max_batch_rows, stop_token_ids=stop_ids)
+def measure(loaded, prompts, new_tokens: int, max_batch_rows: int, stop_ids, packed: bool = True) -> dict:
+    engine = TorchInferenceEngine.from_loaded(
+        loaded, max_batch_rows=max_batch_rows, stop_token_ids=stop_ids, packed_linear=packed
+    )
     try:
         asyncio.run(_episodes(engine, prompts[:1], 4))  # warm-up: first-call allocations and kernel selection
         engine.stats.reset()
@@ -86,6 +88,11 @@ def main(argv: list[str] | None = None) -> int:
         "--threads", type=int, default=None, help="torch.set_num_threads (default: torch's choice)"
     )
     ap.add_argument("--no-sequential", action="store_true", help="skip the unbatched baseline")
+    ap.add_argument(
+        "--compare-linear",
+        action="store_true",
+        help="also run batched with plain F.linear (no oneDNN-prepacked weights): mode batched-plain",
+    )
     ap.add_argument("--stop-at-eos", action="store_true", help="stop episodes at end-of-turn tokens")
     ap.add_argument("--out", type=Path, required=True, help="write the results as JSON here")
     args = ap.parse_args(argv)
@@ -97,13 +104,15 @@ def main(argv: list[str] | None = None) -> int:
     load_s = time.perf_counter() - t0
     stop_ids = None if args.stop_at_eos else []
     prompts = make_prompts(loaded.tokenizer, max(args.concurrency))
-    modes = [("batched", 64)] + ([] if args.no_sequential else [("sequential", 1)])
+    modes = [("batched", 64, True)] + ([] if args.no_sequential else [("sequential", 1, True)])
+    if args.compare_linear:
+        modes.append(("batched-plain", 64, False))
 
     load_before = os.getloadavg()  # other jobs on a shared machine skew CPU figures: record them
     rows = []
     for c in args.concurrency:
-        for mode, max_rows in modes:
-            r = measure(loaded, prompts[:c], args.new_tokens, max_rows, stop_ids)
+        for mode, max_rows, packed in modes:
+            r = measure(loaded, prompts[:c], args.new_tokens, max_rows, stop_ids, packed)
             r.update(concurrency=c, mode=mode)
             rows.append(r)
             print(
@@ -119,6 +128,16 @@ def main(argv: list[str] | None = None) -> int:
             ratios[str(c)] = round(
                 by_mode["batched"]["tokens_per_s"] / by_mode["sequential"]["tokens_per_s"], 2
             )
+
+    packed_ratios = {}
+    for c in args.concurrency:
+        by_mode = {r["mode"]: r for r in rows if r["concurrency"] == c}
+        if "batched-plain" in by_mode:
+            packed_ratios[str(c)] = round(
+                by_mode["batched"]["tokens_per_s"] / by_mode["batched-plain"]["tokens_per_s"], 2
+            )
+    if packed_ratios:
+        print(f"\nbatched tok/s, oneDNN-prepacked over plain F.linear: {packed_ratios}")
 
     print(
         f"\nmodel={args.model} new_tokens={args.new_tokens} torch_threads={torch.get_num_threads()} cpus={os.cpu_count()}"
@@ -157,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         "model_load_s": round(load_s, 2),
         "results": rows,
         "batched_over_sequential": ratios,
+        "packed_over_plain_linear": packed_ratios,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")

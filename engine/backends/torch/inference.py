@@ -78,8 +78,8 @@ class TorchInferenceEngine:
         if max_batch_rows < 1 or max_prefill_tokens < 1:
             raise ValueError("max_batch_rows and max_prefill_tokens must be >= 1")
         self.model = model
-        if packed_linear:  # decode-time fast path on CPU; training is unaffected (see packed_linear.py)
-            packed_linear_mod.install(model)
+        # Decode-time fast path on CPU, for as long as this engine lives; training is unaffected.
+        self._packed = packed_linear_mod.install(model) if packed_linear else 0
         self.tokenizer = tokenizer
         if stop_token_ids is None:
             stop_token_ids = end_of_turn_ids(tokenizer, getattr(model, "generation_config", None))
@@ -164,6 +164,8 @@ class TorchInferenceEngine:
             self._closed = True
             self._cond.notify()
         self._thread.join(timeout=60)
+        if self._packed:
+            packed_linear_mod.uninstall(self.model)
         for req in list(self._queue) + list(self._active):
             self._post(req.loop, req.future.cancel)
         self._queue.clear()

@@ -3,8 +3,8 @@
 Decoding multiplies a handful of rows by every weight matrix: `F.linear` with M = 1..16 rows runs at about
 a third of the machine's memory bandwidth on the 2-core CPU this was measured on, while oneDNN with the
 weight reordered once into its blocked layout runs 1.5-2.5x faster for those shapes and no slower for
-prefill-sized ones (`benchmarks/generation_throughput.py`, docs/benchmarks/generation.md). Results agree
-with `F.linear` to float32 rounding (a different summation order), far below the 1e-4 the recorded
+prefill-sized ones (`benchmarks/generation_throughput.py --compare-linear`, docs/benchmarks/generation.md).
+Results agree with `F.linear` to float32 rounding (a different summation order), far below the 1e-4 the recorded
 log-probs are tested at.
 
 The packed copy is used only under `torch.inference_mode()`, which the inference engine's compute thread
@@ -83,4 +83,14 @@ def install(model: torch.nn.Module) -> int:
         module.forward = _fast_forward(module, module.forward, _Packed())
         module._swarm_packed = True
         n += 1
+    return n
+
+
+def uninstall(model: torch.nn.Module) -> int:
+    """Undo `install`: the modules get their own forward back and the packed copies are freed."""
+    n = 0
+    for module in model.modules():
+        if getattr(module, "_swarm_packed", False):
+            del module.forward, module._swarm_packed
+            n += 1
     return n

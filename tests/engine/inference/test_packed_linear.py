@@ -39,6 +39,13 @@ def test_inference_matches_f_linear_and_follows_in_place_updates():
         torch.testing.assert_close(after, expected, atol=1e-5, rtol=1e-5)
 
 
+def test_uninstall_restores_the_modules_own_forward():
+    lin = torch.nn.Linear(8, 4)
+    assert packed_linear.install(lin) == 1 and "forward" in vars(lin)
+    assert packed_linear.uninstall(lin) == 1 and "forward" not in vars(lin)
+    assert packed_linear.install(lin) == 1  # and it can be installed again
+
+
 def test_other_dtypes_keep_their_forward():
     lin = torch.nn.Linear(8, 4).to(torch.bfloat16)
     assert packed_linear.install(lin) == 0
