@@ -5,7 +5,7 @@ of new tokens) and we time until all finish. "batched" is the engine as the serv
 is the same engine with max_batch_rows=1, i.e. one request decoded at a time: the unbatched baseline.
 
     python benchmarks/generation_throughput.py --out results.json
-    python benchmarks/generation_throughput.py --model tiny --concurrency 1 8 --new-tokens 16 --out /tmp/t.json
+    python benchmarks/generation_throughput.py --model tiny --concurrency 1 8 --new-tokens 16 --out runs/gen-smoke.json
 
 End-of-turn tokens are ignored by default (`--stop-at-eos` to honour them) so every episode produces
 exactly --new-tokens tokens and runs compare equal work.

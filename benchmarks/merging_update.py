@@ -20,7 +20,7 @@ schema, earlier replies), so the calls of an episode share prefixes, as in real 
 
     python benchmarks/merging_update.py --steps 0 --probe 16       # only: does the built-in agent make >1 call?
     python benchmarks/merging_update.py       # probe, then 2 items x G=4, 3 calls of <=96 tokens, 4 steps
-    python benchmarks/merging_update.py --model tiny --steps 2 --prompts 1 --group 2 --out-dir /tmp/m   # smoke
+    python benchmarks/merging_update.py --model tiny --steps 2 --prompts 1 --group 2 --out-dir runs/m   # smoke
 """
 
 from __future__ import annotations
@@ -472,7 +472,7 @@ def main() -> int:
     p.add_argument(
         "--probe", type=int, default=16, help="episodes of the built-in agent to count calls (0: skip)"
     )
-    p.add_argument("--work-dir", default="/tmp/merging_update")
+    p.add_argument("--work-dir", default="runs/merging_update")
     p.add_argument("--out-dir", default="docs/benchmarks")
     p.add_argument("--name", default="merging")
     args = p.parse_args()

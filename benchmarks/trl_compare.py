@@ -29,7 +29,7 @@ our step; TRL = this process during its step (our side is parked meanwhile). On 
 jobs wall time mostly measures how much CPU each side was granted; CPU time is far less sensitive to that.
 
     python benchmarks/trl_compare.py                       # 4 prompts x G=4, 32 tokens, 8 steps each
-    python benchmarks/trl_compare.py --steps 2 --max-tokens 8 --out-dir /tmp/trl_small   # smoke test
+    python benchmarks/trl_compare.py --steps 2 --max-tokens 8 --out-dir runs/trl_small   # smoke test
 """
 
 from __future__ import annotations
@@ -445,7 +445,7 @@ def main() -> int:
         help="TRL loss_type (bnpo = per-micro-batch token mean, as ours computes)",
     )
     p.add_argument("--order", choices=["interleaved", "sequential"], default="interleaved")
-    p.add_argument("--work-dir", default="/tmp/trl_compare")
+    p.add_argument("--work-dir", default="runs/trl_compare")
     p.add_argument("--out-dir", default="docs/benchmarks")
     p.add_argument("--name", default="trl_compare")
     p.add_argument("--replot", metavar="JSON", help="only redraw the plot of a saved result (PNG next to it)")

@@ -37,6 +37,15 @@ def engine_commit() -> tuple[str, bool]:
     return sha or "unknown", bool(dirty)
 
 
+def _relative(path: str | Path) -> str:
+    """The path relative to the working directory when it lies below it: reports travel between machines."""
+    p = Path(path).resolve()
+    try:
+        return str(p.relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(p)
+
+
 def collect_provenance(store_path: str | Path, bootstrap_seed: int) -> dict[str, Any]:
     sha, dirty = engine_commit()
     return {
@@ -45,6 +54,6 @@ def collect_provenance(store_path: str | Path, bootstrap_seed: int) -> dict[str,
         "host": socket.gethostname(),
         "python": platform.python_version(),
         "started_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        "store": str(store_path),
+        "store": _relative(store_path),
         "bootstrap_seed": bootstrap_seed,
     }
