@@ -246,6 +246,7 @@ def swarm_config(args, mode: str, run_dir: Path) -> SwarmConfig:
                 "merge": mode,
                 "mini_batch_size": max(args.micro, args.prompts * args.group * args.turns),
                 "micro_batch_size": args.micro,
+                "share_prefix": not args.no_share_prefix,
             },
             "run_dir": str(run_dir),
         }
@@ -453,6 +454,11 @@ def main() -> int:
     p.add_argument("--prompts", type=int, default=2, help="B: calculator items per step")
     p.add_argument("--group", type=int, default=4, help="G: episodes per item")
     p.add_argument("--turns", type=int, default=3, help="LLM calls per episode of the workflow agent")
+    p.add_argument(
+        "--no-share-prefix",
+        action="store_true",
+        help="training.share_prefix off in every mode: each sample's prompt is forwarded on its own",
+    )
     p.add_argument("--hard", action="store_true", help="follow-ups withhold the final result (see above)")
     p.add_argument("--max-tokens", type=int, default=96)
     p.add_argument("--temperature", type=float, default=1.0)
