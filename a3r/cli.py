@@ -340,7 +340,7 @@ def cmd_cancel(args) -> int:
 
 
 def _parse_sets(sets: list[str]) -> dict:
-    import yaml
+    from a3r.cli_values import parse_value
 
     out: dict = {}
     for item in sets:
@@ -351,7 +351,7 @@ def _parse_sets(sets: list[str]) -> dict:
         *parents, leaf = key.split(".")
         for p in parents:
             node = node.setdefault(p, {})
-        node[leaf] = yaml.safe_load(value)
+        node[leaf] = parse_value(value)
     return out
 
 

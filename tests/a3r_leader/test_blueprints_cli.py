@@ -99,7 +99,7 @@ def test_cli_options_map_to_budget_and_job():
     )
     assert (args.steps, args.max_runs, args.set, args.model) == (3, 9, ["swarm.pool.group_size=2"], "tiny")
     demo = _parser().parse_args(["demo"])
-    assert (demo.steps, demo.grid_points, demo.max_runs, demo.max_stages) == (6, 3, 20, 3)
+    assert (demo.steps, demo.grid_points, demo.max_runs, demo.max_stages) == (8, 3, 20, 3)
     assert _parser().parse_args(["resume", "x"]).campaign == "x"
 
 
@@ -167,3 +167,20 @@ def test_hosts_file_and_budget_overrides(tmp_path, monkeypatch, capsys):
     hosts.write_text("- name: box\n  kind: ssh\n")
     assert main(["submit", goal, "--campaign", "bad-hosts", "--hosts", str(hosts)]) == 2
     assert "hosts.yaml is invalid" in capsys.readouterr().err
+
+
+def test_command_line_values_are_parsed_as_meant():
+    from a3r.cli_values import parse_value
+    from a3r.leader.cli_commands import DEMO_SETTINGS, _base_job
+
+    assert parse_value("2e-5") == 2e-5 and isinstance(parse_value("2e-5"), float)
+    assert (parse_value("8"), parse_value("true"), parse_value("gspo"), parse_value("[1, 2]")) == (
+        8,
+        True,
+        "gspo",
+        [1, 2],
+    )
+    demo = _parser().parse_args(["demo"])
+    demo.set = [*DEMO_SETTINGS, "temperature=0.5"]  # the user's own --set comes later and wins
+    job = _base_job(demo)
+    assert job["swarm"]["training"]["lr"] == 2e-5 and job["temperature"] == 0.5
