@@ -141,7 +141,7 @@ def run_ours(args, items: list[Item], run_dir: Path, baton: Baton | None, out: d
         current.update(
             t0=time.perf_counter(),
             load1=load1(),
-            item_ids=sorted({it.id for it in episodes}),
+            item_ids=sorted({it.id for _k, it in episodes}),
             cpu0_client=cpu_seconds(me),
             cpu0_server=cpu_seconds(server[0]) if server[0] else None,
         )

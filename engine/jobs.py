@@ -139,10 +139,15 @@ def train(job: TrainJob, run_dir: Path) -> dict:
                 summary["accuracy_before"] = evaluate(client, job, held_out, "before")
             while step < max_steps:
                 batch = train_items[step * B : (step + 1) * B]
-                episodes = [it for it in batch for _ in range(N)]
+                # A task is (step, position): a problem drawn twice in one step is two GRPO groups of N,
+                # not one group of 2N that the pool would never see complete.
+                episodes = [(k, it) for k, it in enumerate(batch) for _ in range(N)]
                 res = run_episodes(
-                    client, episodes, lambda ep, it: task.run(ep.openai(max_retries=0), ep.model, it, sampling),
-                    task_id=lambda it, step=step: f"s{step}:{it.id}", concurrency=job.concurrency,
+                    client,
+                    episodes,
+                    lambda ep, pair: task.run(ep.openai(max_retries=0), ep.model, pair[1], sampling),
+                    task_id=lambda pair, step=step: f"s{step}:{pair[0]}:{pair[1].id}",
+                    concurrency=job.concurrency,
                     show_progress=True,
                 )
                 st = client.wait_for_step(step + 1, timeout=3600)

@@ -39,3 +39,29 @@ def test_swarm_train_runs_to_max_steps_and_resumes(tmp_path, task):
     assert out.returncode == 0, out.stderr[-3000:]
     steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1.0, 2.0, 3.0]
+
+
+def test_a_problem_drawn_twice_in_one_step_is_two_groups(tmp_path, monkeypatch):
+    """Task ids carry the batch position: the same problem twice in a step must still give B complete
+    groups of N (one group of 2N would never complete under task_count and the job would hang)."""
+    from engine.config import SwarmConfig
+    from engine.jobs import TrainJob, train
+    from engine.tasks.arithmetic import Arithmetic
+
+    original = Arithmetic.dataset
+    twice_impl = lambda self, n, seed: [original(self, 1, seed)[0]] * n  # noqa: E731
+    monkeypatch.setattr(Arithmetic, "dataset", twice_impl)
+    job = TrainJob(
+        task="arithmetic",
+        eval_size=0,
+        max_tokens=4,
+        concurrency=4,
+        swarm=SwarmConfig(
+            model={"name": "tiny"},
+            pool={"policy": "task_count", "batch_size": 2, "group_size": 2},
+            training={"max_steps": 1, "mini_batch_size": 4, "micro_batch_size": 2, "checkpoint_every": 0},
+        ),
+    )
+    summary = train(job, tmp_path / "run")
+    assert summary["final_status"]["global_step"] == 1
+    assert summary["final_status"]["pool"]["episodes"] == 0
