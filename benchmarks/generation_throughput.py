@@ -121,21 +121,17 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
 
-    ratios = {}
-    for c in args.concurrency:
-        by_mode = {r["mode"]: r for r in rows if r["concurrency"] == c}
-        if "sequential" in by_mode:
-            ratios[str(c)] = round(
-                by_mode["batched"]["tokens_per_s"] / by_mode["sequential"]["tokens_per_s"], 2
-            )
+    def speedups(baseline: str) -> dict[str, float]:
+        """batched tok/s over `baseline` tok/s, per concurrency where both ran."""
+        out = {}
+        for c in args.concurrency:
+            by_mode = {r["mode"]: r for r in rows if r["concurrency"] == c}
+            if baseline in by_mode:
+                out[str(c)] = round(by_mode["batched"]["tokens_per_s"] / by_mode[baseline]["tokens_per_s"], 2)
+        return out
 
-    packed_ratios = {}
-    for c in args.concurrency:
-        by_mode = {r["mode"]: r for r in rows if r["concurrency"] == c}
-        if "batched-plain" in by_mode:
-            packed_ratios[str(c)] = round(
-                by_mode["batched"]["tokens_per_s"] / by_mode["batched-plain"]["tokens_per_s"], 2
-            )
+    ratios = speedups("sequential")
+    packed_ratios = speedups("batched-plain")
     if packed_ratios:
         print(f"\nbatched tok/s, oneDNN-prepacked over plain F.linear: {packed_ratios}")
 
