@@ -152,6 +152,9 @@ class SwarmClient:
         return _raise_for(self._http.post(path, json=body or {}, headers={"Authorization": f"Bearer {api_key}"}))
 
 
+_END_ATTEMPTS = 4  # an end is safe to repeat (see Episode.end); four tries ride out a dropped connection
+
+
 class Episode:
     """One claimed episode. Its `base_url` and `api_key` are all an agent needs (OpenAI-compatible)."""
 
@@ -172,9 +175,22 @@ class Episode:
         return openai.OpenAI(base_url=self.base_url, api_key=self.api_key, **kwargs)
 
     def end(self, reward: float, metadata: dict[str, Any] | None = None) -> EpisodeOutcome:
+        """Report the reward and close the episode.
+
+        A connection that fails before the answer arrives is retried with the same key: the server
+        answers a repeated end with the first end's outcome, so the episode never enters the pool twice.
+        """
         if self.outcome is not None:
             raise SwarmError(f"episode {self.episode_id} already finished")
-        d = self._client._episode_call(self.api_key, "/v1/episode/end", {"reward": reward, "metadata": metadata or {}})
+        body = {"reward": reward, "metadata": metadata or {}}
+        for attempt in range(_END_ATTEMPTS):
+            try:
+                d = self._client._episode_call(self.api_key, "/v1/episode/end", body)
+                break
+            except httpx.TransportError:
+                if attempt == _END_ATTEMPTS - 1:
+                    raise
+                time.sleep(0.2 * 2**attempt)
         self.outcome = EpisodeOutcome(d["episode_id"], d["accepted"], d.get("reason", ""))
         return self.outcome
 

@@ -127,11 +127,15 @@ def create_app(server: SwarmServer, admin_token: str, public_url: str | None = N
         return BeginEpisodeResponse(episode_id=ep.episode_id, base_url=f"{base}/v1", api_key=ep.api_key, model=server.config.model.name)
 
     @app.post("/v1/episode/end", response_model=EndEpisodeResponse)
-    async def end_episode(req: EndEpisodeRequest, ep: LiveEpisode = Depends(episode_from_key)):
-        if ep.calls_in_flight:
-            raise BadRequest("episode has calls in flight; end it after its last response arrives")
-        accepted, reason = server.end_episode(ep, req.reward, req.metadata)
-        return EndEpisodeResponse(episode_id=ep.episode_id, accepted=accepted, reason=reason)
+    async def end_episode(req: EndEpisodeRequest, authorization: str | None = Header(None)):
+        key = _bearer(authorization)
+        done = server.episodes.outcome(key)
+        if done is None:  # not a retry of an end that was already answered
+            ep = server.episodes.get(key)
+            if ep.calls_in_flight:
+                raise BadRequest("episode has calls in flight; end it after its last response arrives")
+            done = server.end_episode(ep, req.reward, req.metadata)
+        return EndEpisodeResponse(episode_id=done.episode_id, accepted=done.accepted, reason=done.reason)
 
     @app.post("/v1/episode/abort", response_model=EndEpisodeResponse)
     async def abort_episode(ep: LiveEpisode = Depends(episode_from_key)):

@@ -23,7 +23,7 @@ from engine.backends.base import Backend, SamplingParams, TokenCallback
 from engine.config import SwarmConfig
 from engine.errors import BadRequest, EpisodeRejected
 from engine.pool.pool import SamplePool
-from engine.server.episodes import EpisodeEnd, EpisodeRegistry, LiveEpisode
+from engine.server.episodes import EndOutcome, EpisodeEnd, EpisodeRegistry, LiveEpisode
 from engine.server.state import ServerState, StateMachine
 from engine.tracking.chat import parse_tool_calls, render_prompt
 from engine.types import EpisodeResult
@@ -160,8 +160,12 @@ class SwarmServer:
         in_flight = sum(1 for e in self.episodes.live() if e.client_id == client_id and not e.is_eval)
         return self.pool.episodes_by_client().get(client_id, 0) + in_flight >= cap
 
-    def end_episode(self, ep: LiveEpisode, reward: float, metadata: dict[str, Any]) -> tuple[bool, str]:
+    def end_episode(self, ep: LiveEpisode, reward: float, metadata: dict[str, Any]) -> EndOutcome:
         """Close an episode; train episodes with at least one call enter the pool."""
+        accepted, reason = self._close(ep, reward, metadata)
+        return self.episodes.record_outcome(ep, accepted, reason)
+
+    def _close(self, ep: LiveEpisode, reward: float, metadata: dict[str, Any]) -> tuple[bool, str]:
         self.episodes.finish(ep, EpisodeEnd.ENDED)
         self.heartbeat(ep.client_id)
         if ep.is_eval:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -36,13 +37,29 @@ class LiveEpisode:
     calls_in_flight: int = 0
 
 
-class EpisodeRegistry:
-    """Owns every live episode. Used only from the server's event loop, so it needs no locks."""
+@dataclass(frozen=True)
+class EndOutcome:
+    """What an episode's end was answered: kept so a retried end gets the same answer."""
 
-    def __init__(self, idle_timeout_s: float, total_timeout_s: float) -> None:
+    episode_id: str
+    accepted: bool
+    reason: str
+
+
+class EpisodeRegistry:
+    """Owns every live episode. Used only from the server's event loop, so it needs no locks.
+
+    It also remembers the outcome of the last `remember_outcomes` ended episodes. A client whose end
+    request's response was lost (a dropped connection) cannot tell whether the episode entered the pool;
+    retrying the end with the same key must neither add it twice nor fail, so it gets the first answer.
+    """
+
+    def __init__(self, idle_timeout_s: float, total_timeout_s: float, remember_outcomes: int = 4096) -> None:
         self.idle_timeout_s = idle_timeout_s
         self.total_timeout_s = total_timeout_s
         self._by_key: dict[str, LiveEpisode] = {}
+        self._outcomes: OrderedDict[str, EndOutcome] = OrderedDict()
+        self._remember = remember_outcomes
         self.counts: dict[str, int] = {e.value: 0 for e in EpisodeEnd}
 
     def begin(self, task_id: str, client_id: str, is_eval: bool, metadata: dict[str, Any]) -> LiveEpisode:
@@ -66,6 +83,17 @@ class EpisodeRegistry:
         if ep is None:
             raise EpisodeNotFound("unknown or finished episode key")
         return ep
+
+    def record_outcome(self, ep: LiveEpisode, accepted: bool, reason: str) -> EndOutcome:
+        out = EndOutcome(ep.episode_id, accepted, reason)
+        self._outcomes[ep.api_key] = out
+        while len(self._outcomes) > self._remember:
+            self._outcomes.popitem(last=False)
+        return out
+
+    def outcome(self, api_key: str) -> EndOutcome | None:
+        """The answer an already-ended episode's end got, if it is still remembered."""
+        return self._outcomes.get(api_key)
 
     def touch(self, ep: LiveEpisode) -> None:
         ep.last_active = time.monotonic()

@@ -58,8 +58,9 @@ def test_episode_keys_are_isolated(live_server):
         assert a.end(1.0).accepted
         with pytest.raises(openai.NotFoundError):
             a.openai(max_retries=0).chat.completions.create(model="tiny", messages=MSGS, max_tokens=2)
-        r = httpx.post(srv.url + "/v1/episode/end", json={"reward": 1.0}, headers=_auth(a.api_key))
-        assert r.status_code == 404
+        # ending A again answers as the first time (a retry after a lost response) and adds nothing
+        r = httpx.post(srv.url + "/v1/episode/end", json={"reward": 0.0}, headers=_auth(a.api_key))
+        assert r.status_code == 200 and r.json()["accepted"] and r.json()["episode_id"] == a.episode_id
         b.openai().chat.completions.create(model="tiny", messages=MSGS, max_tokens=2)
         assert b.end(0.0).accepted
         pool = httpx.get(srv.url + "/swarm/pool/episodes", headers=_auth(c._http.headers["Authorization"][7:])).json()
@@ -206,3 +207,25 @@ def test_tool_calls_round_trip_through_the_openai_sdk(live_server):
         out = llm.chat.completions.create(model="tiny", messages=history, tools=TOOLS, max_tokens=4, temperature=0)
         assert out.choices[0].finish_reason in {"stop", "length", "tool_calls"}
         assert ep.end(1.0).accepted
+
+
+def test_a_repeated_end_gets_the_first_answer_and_pools_once(live_server):
+    """A client whose end response was lost retries it: same answer, one pool entry, no error."""
+    srv = live_server(SwarmConfig(pool={"batch_size": 100}))
+    with srv.client() as c:
+        ep = c.begin_episode("t")
+        ep.openai().chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+        headers = {"Authorization": f"Bearer {ep.api_key}"}
+        first = httpx.post(srv.url + "/v1/episode/end", json={"reward": 1.0}, headers=headers)
+        again = httpx.post(srv.url + "/v1/episode/end", json={"reward": 0.0}, headers=headers)
+        assert first.status_code == again.status_code == 200
+        assert again.json() == first.json() and first.json()["accepted"] is True
+        assert c.status()["pool"]["episodes"] == 1
+        assert srv.server.pool.groups["t"][0].reward == 1.0  # the retry changed nothing
+        # a key that never ended is still unknown, and a finished episode takes no more calls
+        bad = httpx.post(srv.url + "/v1/episode/end", json={"reward": 1.0}, headers={"Authorization": "Bearer nope"})
+        assert bad.status_code == 404
+        with pytest.raises(openai.NotFoundError):
+            ep.openai(max_retries=0).chat.completions.create(
+                model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=2
+            )
