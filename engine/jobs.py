@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import socket
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from engine.client import SwarmClient, run_episodes
 from engine.config import SwarmConfig
 from engine.errors import ConfigError
 from engine.tasks import get_task
+from engine.training.checkpoint import checkpoints_dir
 
 console = Console(stderr=True)
 
@@ -42,6 +44,12 @@ class TrainJob(BaseModel):
     temperature: float = Field(1.0, ge=0, description="Sampling temperature of training episodes.")
     max_tokens: int = Field(32, ge=1, description="Reply budget per LLM call.")
     concurrency: int = Field(16, ge=1, description="Episodes in flight at once (the server batches them).")
+    keep_final_checkpoint: bool = Field(
+        True,
+        description="Keep the checkpoints once the job reaches max_steps. False deletes them when the job "
+        "succeeds (metrics, summary and logs stay): a sweep of many runs would otherwise keep 1.6 GB per "
+        "SmolLM2 run (weights + AdamW state, last two checkpoints).",
+    )
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> TrainJob:
@@ -165,4 +173,6 @@ def train(job: TrainJob, run_dir: Path) -> dict:
     finally:
         server.stop()
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    if not job.keep_final_checkpoint:
+        shutil.rmtree(checkpoints_dir(run_dir), ignore_errors=True)
     return summary

@@ -65,3 +65,26 @@ def test_a_problem_drawn_twice_in_one_step_is_two_groups(tmp_path, monkeypatch):
     summary = train(job, tmp_path / "run")
     assert summary["final_status"]["global_step"] == 1
     assert summary["final_status"]["pool"]["episodes"] == 0
+
+
+def test_a_finished_job_can_drop_its_checkpoints(tmp_path):
+    """Sweeps set keep_final_checkpoint: false: the results stay, the gigabytes of weights do not."""
+    from engine.config import SwarmConfig
+    from engine.jobs import TrainJob, train
+
+    job = TrainJob(
+        task="arithmetic",
+        eval_size=0,
+        max_tokens=4,
+        concurrency=4,
+        keep_final_checkpoint=False,
+        swarm=SwarmConfig(
+            model={"name": "tiny"},
+            pool={"batch_size": 2, "group_size": 2},
+            training={"max_steps": 2, "mini_batch_size": 4, "micro_batch_size": 2, "checkpoint_every": 1},
+        ),
+    )
+    run = tmp_path / "run"
+    assert train(job, run)["final_status"]["global_step"] == 2
+    assert not (run / "checkpoints").exists()
+    assert len((run / "metrics.jsonl").read_text().splitlines()) == 2 and (run / "summary.json").exists()
