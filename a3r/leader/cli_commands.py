@@ -22,8 +22,8 @@ from a3r.cli_values import parse_value
 
 __all__ = ["DEMO_GOAL", "add_leader_commands", "cmd_demo", "cmd_research", "cmd_resume"]
 
-# The reference case study (AgentJet appendix B) scaled to a 2-core CPU and SmolLM2-135M: each run is
-# 3-5 minutes there, so stage 1 (3 batch sizes x 2 reply budgets x 2 seeds) takes about 45 minutes.
+# The reference case study (AgentJet appendix B) scaled to a 2-core CPU and SmolLM2-135M: a run is 1-2
+# minutes there, stage 1 (3 batch sizes x 2 reply budgets x 2 seeds) about 18, the campaign about 36.
 DEMO_GOAL = (
     "find the minimum batch size that still trains arithmetic efficiently (1 to 4), "
     "and whether max response length (16 to 64) changes that"
