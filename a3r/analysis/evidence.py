@@ -206,7 +206,10 @@ def threshold(arms: Sequence[ArmStats], q: Question) -> ThresholdResult:
             f"does not clear the untrained level {fmt(floor)}."
         )
     elif answer is None:
-        verdict = f"No tested {q.name} reached the criterion {fmt(crit)} (best: {best.label}, {_ci(best.interval)})."
+        verdict = (
+            f"No tested {q.name} reached the criterion {fmt(crit)} with confidence: no arm's interval lies above it "
+            f"(best: {best.label}, {_ci(best.interval)})."
+        )
     else:
         verdict = f"The {word} {q.name} that reaches the criterion ({stat} >= {fmt(crit)}) is {fmt(answer.x)}: {_ci(answer.interval)}."
         if neighbour is not None:
