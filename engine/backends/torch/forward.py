@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
+from engine.backends.torch import kv
 from engine.training.batch import Collated
 
 
@@ -55,14 +56,6 @@ def plan_forward(c: Collated, *, share_prefix: bool = True) -> ForwardPlan:
     return ForwardPlan(prefix=prefix, start=start)
 
 
-def _expand_rows(cache: DynamicCache, rows: int) -> None:
-    for layer in cache.layers:
-        if getattr(layer, "keys", None) is None:
-            continue
-        layer.keys = layer.keys.expand(rows, -1, -1, -1)
-        layer.values = layer.values.expand(rows, -1, -1, -1)
-
-
 def target_logits(model: Any, c: Collated, plan: ForwardPlan, cache_kwarg: str) -> torch.Tensor:
     """Logits [B, T-1-start, V] over targets `start..T-2` (slice the target tensors with `[:, start:]`)."""
     ids, attn = c.input_ids_BT, c.attention_mask_BT
@@ -80,7 +73,7 @@ def target_logits(model: Any, c: Collated, plan: ForwardPlan, cache_kwarg: str) 
         logits_to_keep=1,
         **{cache_kwarg: cache},
     )
-    _expand_rows(cache, B)
+    kv.expand_rows(cache, B)
     pos = torch.arange(P, T, device=ids.device).expand(B, -1)
     out = model(
         input_ids=ids[:, P:],

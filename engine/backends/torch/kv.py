@@ -3,7 +3,8 @@
 Rows of a running batch are left-aligned to one cache length L: row r's real tokens occupy its last
 `mask[r].sum()` slots and the slots before them are padding that the attention mask hides. Keys are
 stored after RoPE with each row's own position ids, so shifting a row's padding changes nothing it
-computes. That makes three cheap operations exact:
+computes. That makes these cheap operations exact (plus `expand_rows`, used by the trainer's shared-prefix
+forward):
 - select rows (finished rows leave),
 - left-pad to a longer length and concatenate (new rows join),
 - drop leading columns that are padding in every row (keeps L from growing after long rows leave).
@@ -37,6 +38,14 @@ def select_rows(cache: DynamicCache, mask: torch.Tensor, index: torch.Tensor) ->
         layer.keys = layer.keys.index_select(0, index)
         layer.values = layer.values.index_select(0, index)
     return mask.index_select(0, index)
+
+
+def expand_rows(cache: DynamicCache, rows: int) -> None:
+    """Broadcast a one-row cache to `rows` rows in place, as views: a shared prefix is stored once, and
+    under autograd the gradients of all rows sum back into it."""
+    for layer in _layers(cache):
+        layer.keys = layer.keys.expand(rows, -1, -1, -1)
+        layer.values = layer.values.expand(rows, -1, -1, -1)
 
 
 def concat_rows(

@@ -75,6 +75,7 @@ class TorchTrainer:
                 dens = [
                     float(aggregate_denominator(c.mask_BT, c.weights_B, self.loss_cfg.agg)) for c in micros
                 ]
+                total = sum(dens)
                 for c, den in zip(micros, dens, strict=True):
                     n_tokens += c.n_tokens
                     plan = plan_forward(c, share_prefix=t.share_prefix)
@@ -103,7 +104,7 @@ class TorchTrainer:
                     )
                     # Each micro-batch's loss is normalised by its own count; its share of the mini-batch's
                     # count makes the accumulated gradient the mini-batch's exactly.
-                    (loss * (den / sum(dens) if den else 0.0)).backward()
+                    (loss * (den / total if den else 0.0)).backward()
                     for k, v in m.items():
                         totals[k] = totals.get(k, 0.0) + float(v)
                     n_micro += 1
