@@ -26,6 +26,8 @@ from engine.client import SwarmClient, run_episodes
 from engine.config import SwarmConfig
 from engine.errors import ConfigError
 from engine.tasks import get_task
+from engine.tasks.base import HELD_OUT_SEED, split_items
+from engine.training.metrics import MetricsLog
 from engine.training.checkpoint import checkpoints_dir
 
 console = Console(stderr=True)
@@ -38,9 +40,13 @@ class TrainJob(BaseModel):
 
     task: str = Field("arithmetic", description="Built-in task: arithmetic, countdown, calculator.")
     swarm: SwarmConfig = SwarmConfig()
-    seed: int = Field(0, description="Seeds the training data order and held-out set.")
+    seed: int = Field(0, description="Seeds the training data order (and the model, through swarm.model.seed).")
     eval_size: int = Field(64, ge=0, description="Held-out items for greedy accuracy before and after (0: skip).")
     eval_every: int = Field(0, ge=0, description="Also evaluate every k steps (0: only before and after).")
+    eval_seed: int = Field(
+        HELD_OUT_SEED,
+        description="Seed of the held-out set: the same problems for every run and seed, none of them ever trained on.",
+    )
     temperature: float = Field(1.0, ge=0, description="Sampling temperature of training episodes.")
     max_tokens: int = Field(32, ge=1, description="Reply budget per LLM call.")
     concurrency: int = Field(16, ge=1, description="Episodes in flight at once (the server batches them).")
@@ -110,7 +116,8 @@ class ServerProcess:
                 self.proc.wait()
 
 
-def evaluate(client: SwarmClient, job: TrainJob, items, label: str) -> float:
+def evaluate(client: SwarmClient, job: TrainJob, items, label: str, step: int, log: MetricsLog) -> float:
+    """Greedy accuracy on the held-out items, printed and logged as `eval_accuracy` at `step`."""
     task = get_task(job.task)
     greedy = {"temperature": 0.0, "max_tokens": job.max_tokens}
     res = run_episodes(
@@ -119,6 +126,7 @@ def evaluate(client: SwarmClient, job: TrainJob, items, label: str) -> float:
     )
     acc = res.mean_reward
     console.print(f"[bold]{label}[/] greedy accuracy on {len(items)} held-out items: {acc:.3f}")
+    log.write({"step": step, "eval_accuracy": acc})
     return acc
 
 
@@ -131,8 +139,9 @@ def train(job: TrainJob, run_dir: Path) -> dict:
     cfg = job.swarm.model_copy(update={"run_dir": str(run_dir)})
     task = get_task(job.task)
     B, N = cfg.pool.batch_size, cfg.pool.group_size
-    held_out = task.dataset(job.eval_size, seed=10_000 + job.seed)
-    train_items = task.dataset(B * max_steps, seed=job.seed)
+    train_items, held_out = split_items(task, B * max_steps, job.eval_size, job.seed, job.eval_seed)
+    # Held-out accuracy goes where the server's per-step metrics go (run dir, and A3R's metrics file).
+    log = MetricsLog(run_dir)
     sampling = {"temperature": job.temperature, "max_tokens": job.max_tokens}
 
     server = ServerProcess(run_dir, log_path=run_dir / "server.log")
@@ -144,7 +153,7 @@ def train(job: TrainJob, run_dir: Path) -> dict:
             step = st["global_step"]
             console.print(f"server ROLLING at step {step} ({cfg.model.name}, {cfg.algorithm.policy_loss})")
             if job.eval_size and step == 0:
-                summary["accuracy_before"] = evaluate(client, job, held_out, "before")
+                summary["accuracy_before"] = evaluate(client, job, held_out, "before", 0, log)
             while step < max_steps:
                 batch = train_items[step * B : (step + 1) * B]
                 # A task is (step, position): a problem drawn twice in one step is two GRPO groups of N,
@@ -166,9 +175,10 @@ def train(job: TrainJob, run_dir: Path) -> dict:
                     f"step time {m.get('step_time_s', float('nan')):.1f}s"
                 )
                 if job.eval_every and step % job.eval_every == 0 and step < max_steps:
-                    summary["evals"].append({"step": step, "accuracy": evaluate(client, job, held_out, f"step {step}")})
+                    acc = evaluate(client, job, held_out, f"step {step}", step, log)
+                    summary["evals"].append({"step": step, "accuracy": acc})
             if job.eval_size:
-                summary["accuracy_after"] = evaluate(client, job, held_out, "after")
+                summary["accuracy_after"] = evaluate(client, job, held_out, "after", step, log)
             summary["final_status"] = client.status()
     finally:
         server.stop()

@@ -103,23 +103,27 @@ class Factor(BaseModel):
 
 
 class Criterion(BaseModel):
-    """What "achieves Y" means for minimum/maximum goals.
+    """What "achieves Y" means for minimum/maximum goals, fixed before any grid data is seen.
 
-    relative: an arm achieves Y when the lower bound of its score's confidence interval reaches
-    `floor + value * (best - floor)`: it keeps `value` of the best arm's gain over the untrained level.
-    absolute: when that lower bound reaches `value` itself (a researcher's number, e.g. reward 0.5).
+    relative: an arm achieves Y when its gain over the untrained level keeps `value` of the reference
+    configuration's gain, measured on the calibration stage's own seeds (so the criterion carries an
+    interval and does not move with the grid's best arm).
+    absolute: when its score reaches `value` itself (a researcher's number, e.g. accuracy 0.5).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     kind: Literal["relative", "absolute"] = "relative"
-    value: float = Field(0.9, description="Fraction of the best gain (relative) or metric level (absolute).")
+    value: float = Field(
+        0.5, description="Fraction of the reference configuration's gain (relative) or metric level (absolute)."
+    )
 
     def describe(self, metric: str) -> str:
         if self.kind == "absolute":
-            return f"{metric} confidence-interval lower bound >= {self.value:g}"
+            return f"{metric} >= {self.value:g} (the arm's interval above it)"
         return (
-            f"keeps >= {self.value:.0%} of the best configuration's gain in {metric} over the untrained level"
+            f"keeps >= {self.value:.0%} of the reference configuration's gain in {metric} over the untrained "
+            "level (reference gain measured in the calibration stage)"
         )
 
 
@@ -136,7 +140,11 @@ class Goal(BaseModel):
     fixed: dict[str, Any] = Field(
         default_factory=dict, description="Dotted TrainJob key -> value for every arm."
     )
-    metric: str = Field("reward_mean", description="Per-step metric the analysis reads (higher is better).")
+    metric: str = Field(
+        "eval_accuracy",
+        description="Metric the analysis reads (higher is better): held-out greedy accuracy by default, "
+        "measured at step 0, at checkpoints and at the end.",
+    )
     statistic: Literal["final", "auc"] = Field(
         "final", description="Per-run score: final (mean of the last steps) or auc (mean over the curve)."
     )
@@ -433,7 +441,8 @@ def parse_goal(text: str) -> Goal:
     statistic = "auc" if _EFFICIENT.search(norm) else "final"
     if statistic == "auc":
         assumptions.append(
-            "'efficiently' is scored by the area under the learning curve (mean over all steps)"
+            "speed of learning ('efficiently', 'fastest') is scored by the area under the held-out accuracy "
+            "curve (trapezoid over the evaluation steps, divided by the steps)"
         )
     try:
         return Goal(

@@ -40,6 +40,38 @@ def last_integer(text: str | None) -> int | None:
     return int(found[-1]) if found else None
 
 
+# Every run of every arm and seed is scored on the same held-out problems (drawn from this seed), so
+# scores compare across a sweep; training data of any seed never contains one of them.
+HELD_OUT_SEED = 10_000
+
+
+def split_items(task: Task, n_train: int, n_eval: int, seed: int, eval_seed: int = HELD_OUT_SEED) -> tuple[list[Item], list[Item]]:
+    """(training items, held-out items): `n_eval` distinct held-out items drawn from `eval_seed`, and the
+    first `n_train` items of the `seed` stream that are not among them.
+
+    The training list is a prefix of the seed's stream with held-out problems skipped, so a resumed job
+    draws exactly the same problems, and it is unchanged for `n_eval = 0`.
+    """
+    held: dict[str, Item] = {}
+    m = n_eval
+    while len(held) < n_eval:
+        for it in task.dataset(m, eval_seed):
+            held.setdefault(it.id, it)
+            if len(held) == n_eval:
+                break
+        if m > 64 * n_eval + 1024:
+            raise ConfigError(f"task {task.name!r} has fewer than {n_eval} distinct problems for a held-out set")
+        m *= 2
+    m = max(n_train, 1)
+    while True:
+        train = [it for it in task.dataset(m, seed) if it.id not in held][:n_train]
+        if len(train) == n_train:
+            return train, list(held.values())
+        if m > 64 * n_train + 1024:
+            raise ConfigError(f"task {task.name!r} cannot supply {n_train} training problems outside its held-out set")
+        m *= 2
+
+
 def _registry() -> dict[str, Task]:
     from engine.tasks.arithmetic import Arithmetic
     from engine.tasks.calculator import CalculatorAgent
