@@ -42,15 +42,20 @@ def cmd_init(args) -> int:
     return 0
 
 
+GOAL_FORM = 'to run a research goal use `a3r submit --goal "<goal>"` (or `a3r research "<goal>"`)'
+
+
 def cmd_submit(args) -> int:
+    """The blueprint form of `submit`; `a3r submit --goal` is the leader's (see `_goal_submit`)."""
     from a3r.blueprints import Blueprint
 
     if args.demo:
         return _fail("the end-to-end demo is `a3r demo` (the leader, a3r.leader), not `a3r submit`")
     if not args.blueprints:
-        return _fail(
-            'give one or more blueprint YAML files, or a research goal in quotes: a3r submit "find the ..."'
-        )
+        return _fail(f"give one or more blueprint YAML files; {GOAL_FORM}", 2)
+    missing = [p for p in args.blueprints if not Path(p).exists()]
+    if missing:
+        return _fail(f"no such blueprint file: {', '.join(missing)}; {GOAL_FORM}", 2)
     bps = [Blueprint.from_yaml(p) for p in args.blueprints]
     ws = _ws(args)
     camp = ws.create_campaign(args.campaign)
@@ -393,7 +398,7 @@ def cmd_worker_run(args) -> int:
 def build_parser(*, with_leader: bool = True, goal_submit: bool = False) -> argparse.ArgumentParser:
     """The `a3r` parser. `with_leader=False` skips importing a3r.leader (its graph stack is heavy): the
     worker, started once per attempt, must start fast. `goal_submit=True` makes `submit` the leader's
-    goal form (`a3r submit "<goal>"`, the same as `research`) instead of the blueprint form."""
+    goal form (`a3r submit --goal "<goal>"`, the same as `research`) instead of the blueprint form."""
     p = argparse.ArgumentParser(
         prog="a3r", description="A3R execution plane: runs, hosts, tmux workers, scheduler."
     )
@@ -418,9 +423,13 @@ def build_parser(*, with_leader: bool = True, goal_submit: bool = False) -> argp
     if not goal_submit:
         s = sub.add_parser(
             "submit",
-            help="add blueprint YAML files as runs (one per seed); a quoted goal sentence runs a campaign",
+            help='add blueprint YAML files as runs (one per seed); `submit --goal "<goal>"` runs a campaign',
+            usage="%(prog)s [-h] [--campaign C] [--stage S] [--priority P] [--start-monitor] BLUEPRINT.yaml ...\n"
+            '       %(prog)s --goal "<goal>" [research options]',
+            description='Add blueprint YAML files as runs of one stage. `a3r submit --goal "<goal>"` runs a '
+            'research campaign instead, the same as `a3r research "<goal>"` (options: a3r research -h).',
         )
-        s.add_argument("blueprints", nargs="*")
+        s.add_argument("blueprints", nargs="*", metavar="BLUEPRINT.yaml")
         s.add_argument("--campaign", default="default")
         s.add_argument("--stage", default="stage-0")
         s.add_argument("--priority", type=int, default=0)
@@ -517,29 +526,37 @@ _OWN = {
 }
 
 
-def _command_of(argv: list[str]) -> str | None:
-    """The command word of `argv` (skipping the global options and their values)."""
-    it = iter(argv)
-    for tok in it:
-        if tok in ("--workspace", "-w", "--db"):
-            next(it, None)
+def _command_at(argv: list[str]) -> int | None:
+    """The index of the command word in `argv` (skipping the global options and their values)."""
+    skip = False
+    for i, tok in enumerate(argv):
+        if skip:
+            skip = False
+        elif tok in ("--workspace", "-w", "--db"):
+            skip = True
         elif not tok.startswith("-"):
-            return tok
+            return i
     return None
 
 
-def _submits_goal(argv: list[str]) -> bool:
-    """Whether `a3r submit ...` is the goal form: an argument that is a sentence (has a space) and not a
-    file. Blueprint files are paths; research goals are sentences."""
-    if _command_of(argv) != "submit":
+def _command_of(argv: list[str]) -> str | None:
+    """The command word of `argv` (skipping the global options and their values)."""
+    at = _command_at(argv)
+    return None if at is None else argv[at]
+
+
+def _goal_submit(argv: list[str]) -> bool:
+    """Whether the command is `a3r submit --goal ...`, the leader's goal form of submit. Only the explicit
+    option selects it: an argument that is not a blueprint file is an error, never a goal."""
+    at = _command_at(argv)
+    if at is None or argv[at] != "submit":
         return False
-    rest = argv[argv.index("submit") + 1 :]
-    return any(" " in tok and not tok.startswith("-") and not Path(tok).exists() for tok in rest)
+    return any(tok == "--goal" or tok.startswith("--goal=") for tok in argv[at + 1 :])
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    goal = _submits_goal(argv)
+    goal = _goal_submit(argv)
     args = build_parser(with_leader=goal or _command_of(argv) not in _OWN, goal_submit=goal).parse_args(argv)
     from a3r.exceptions import A3RError
 

@@ -69,7 +69,8 @@ def main() -> None:
     for seed in args.seeds:
         t0 = time.time()
         summary = train(job_for(seed, args), Path(args.runs) / f"seed{seed}")
-        rewards = [json.loads(x)["reward_mean"] for x in (Path(args.runs) / f"seed{seed}" / "metrics.jsonl").read_text().splitlines()]
+        lines = [json.loads(x) for x in (Path(args.runs) / f"seed{seed}" / "metrics.jsonl").read_text().splitlines()]
+        rewards = [r["reward_mean"] for r in lines if "reward_mean" in r]
         results.append({"seed": seed, "curve": curve(summary), "train_reward": rewards, "wall_s": time.time() - t0})
 
     before = [r["curve"][0][1] for r in results]

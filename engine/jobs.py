@@ -27,8 +27,8 @@ from engine.config import SwarmConfig
 from engine.errors import ConfigError
 from engine.tasks import get_task
 from engine.tasks.base import HELD_OUT_SEED, split_items
-from engine.training.metrics import MetricsLog
 from engine.training.checkpoint import checkpoints_dir
+from engine.training.metrics import MetricsLog
 
 console = Console(stderr=True)
 
@@ -40,8 +40,12 @@ class TrainJob(BaseModel):
 
     task: str = Field("arithmetic", description="Built-in task: arithmetic, countdown, calculator.")
     swarm: SwarmConfig = SwarmConfig()
-    seed: int = Field(0, description="Seeds the training data order (and the model, through swarm.model.seed).")
-    eval_size: int = Field(64, ge=0, description="Held-out items for greedy accuracy before and after (0: skip).")
+    seed: int = Field(
+        0, description="Seeds the training data order (and the model, through swarm.model.seed)."
+    )
+    eval_size: int = Field(
+        64, ge=0, description="Held-out items for greedy accuracy before and after (0: skip)."
+    )
     eval_every: int = Field(0, ge=0, description="Also evaluate every k steps (0: only before and after).")
     eval_seed: int = Field(
         HELD_OUT_SEED,
@@ -94,7 +98,9 @@ class ServerProcess:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"swarm server exited with code {self.proc.returncode} before becoming healthy")
+                raise RuntimeError(
+                    f"swarm server exited with code {self.proc.returncode} before becoming healthy"
+                )
             try:
                 if httpx.get(self.url + "/health", timeout=1.0).status_code == 200:
                     return
@@ -121,8 +127,13 @@ def evaluate(client: SwarmClient, job: TrainJob, items, label: str, step: int, l
     task = get_task(job.task)
     greedy = {"temperature": 0.0, "max_tokens": job.max_tokens}
     res = run_episodes(
-        client, items, lambda ep, it: task.run(ep.openai(max_retries=0), ep.model, it, greedy),
-        task_id=lambda it: "eval:" + it.id, concurrency=job.concurrency, is_eval=True, show_progress=True,
+        client,
+        items,
+        lambda ep, it: task.run(ep.openai(max_retries=0), ep.model, it, greedy),
+        task_id=lambda it: "eval:" + it.id,
+        concurrency=job.concurrency,
+        is_eval=True,
+        show_progress=True,
     )
     acc = res.mean_reward
     console.print(f"[bold]{label}[/] greedy accuracy on {len(items)} held-out items: {acc:.3f}")

@@ -1,4 +1,4 @@
-"""Statistics for A3R campaigns: learning-curve scores, bootstrap intervals and per-shape verdicts.
+"""Statistics for A3R campaigns: learning-curve scores, small-sample t intervals and per-shape verdicts.
 
 Pure functions over plain data (no store, no leader types), so every decision and every reported number
 can be recomputed from the runs and checked by hand.
@@ -23,8 +23,18 @@ from a3r.analysis.evidence import (
     fmt,
     summarise_arms,
     threshold,
+    untrained_level,
 )
-from a3r.analysis.stats import Interval, bootstrap_ci, diff_ci, overlaps
+from a3r.analysis.stats import (
+    Interval,
+    binomial_sd,
+    look_level,
+    overlaps,
+    seeds_for_best,
+    seeds_for_effect,
+    t_interval,
+    welch_interval,
+)
 
 __all__ = [
     "ArmStats",
@@ -40,14 +50,19 @@ __all__ = [
     "ThresholdResult",
     "analyse",
     "best_arm",
-    "bootstrap_ci",
+    "binomial_sd",
     "compare_arms",
-    "diff_ci",
     "dominated_arms",
     "effect_of",
     "fmt",
+    "look_level",
     "overlaps",
     "score_curve",
+    "seeds_for_best",
+    "seeds_for_effect",
     "summarise_arms",
+    "t_interval",
     "threshold",
+    "untrained_level",
+    "welch_interval",
 ]

@@ -1,19 +1,30 @@
 """From per-run observations to per-arm statistics and a verdict for each question shape.
 
 An *arm* is one configuration: a value `x` of the studied variable at one `level` of the secondary
-variable (None without one). Its runs are seeds; only succeeded runs with a finite curve score. Each
-shape has one pure decision rule:
+variable (None without one). Its runs are seeds; only succeeded runs with a finite curve score. Every
+run is scored on the same held-out set at step 0 and later, so each seed carries its own untrained level
+and its *gain* (score - step-0 score) is paired: the evaluation set's own noise cancels.
 
-- threshold (minimum/maximum): criterion c (absolute, or relative: floor + f * (best - floor), where floor
-  is the untrained level = mean initial score of the level's runs). An arm *passes* when its CI lower
-  bound >= c, *fails* when its CI upper bound < c, else is *uncertain*. The answer is the smallest
-  (largest) passing x; it is *confident* when the adjacent tested x on the other side fails. Nothing
-  *trained* unless the best arm's CI lower bound exceeds the floor ("nothing trained" only when even its
-  upper bound stays at or below the floor; in between, training is "not established").
-- best: the arm with the highest mean; arms whose CIs overlap it are ties; arms whose CI upper bound is
-  below its lower bound are dominated.
-- compare: bootstrap CI of the difference of means; a tie when it contains 0 (more than two values: best).
-- effect: CI of (score at the highest x) - (score at the lowest x); no clear effect when it contains 0.
+Rules shared by every shape (see `shared/specs/research-validity.md`):
+- intervals are Student-t (one arm) or Welch (two arms), with a per-seed sd never below one held-out
+  item's worth (`Question.eval_items`), at the level `1 - alpha / looks` so that the planned looks
+  (stages) together spend at most `alpha`; comparisons against several arms split it further (Bonferroni);
+- an arm gets a label (pass/fail, best, winner) only with at least `min_seeds` seeds;
+- an arm *trains* when the lower bound of its gain interval is above 0. An arm that does not train is
+  never "best", "smallest", the winner or the effect; when no arm trains the verdict says so
+  (`Evidence.nothing_trains`) and names no answer.
+
+Shapes:
+- threshold (minimum/maximum): the criterion is fixed before the grid. Relative: the arm's gain keeps
+  `criterion_value` of the reference arm's gain (the generous end of the range), with the reference gain
+  taken from the calibration stage's seeds when there are any; the test is the Welch interval of
+  gain_arm - f * gain_ref (pass: above 0; fail: below 0; else uncertain). Absolute: the arm's score
+  interval against the researcher's number. The answer is the cheapest passing value; it is conclusive
+  when the next cheaper tested value fails (or none was tested) and no costlier value fails.
+- best: among arms that train, the highest mean; conclusive when its Welch difference to every other
+  labelled arm is above 0 at the Bonferroni-adjusted level.
+- compare: Welch difference of the two arms; a winner must train.
+- effect: Welch difference of the highest and the lowest x; stated only when some arm trains.
 
 Verdict sentences are built here from the numbers, so every number a report prints traces to a run.
 """
@@ -27,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from a3r.analysis.curves import CurveScore, score_curve
-from a3r.analysis.stats import Interval, bootstrap_ci, diff_ci, overlaps
+from a3r.analysis.stats import Interval, binomial_sd, look_level, resolution_sd, t_interval, welch_interval
 
 __all__ = [
     "ArmStats",
@@ -74,10 +85,24 @@ class Question:
     shape: Literal["minimum", "maximum", "best", "effect", "compare"]
     name: str  # studied variable, for sentences
     statistic: Literal["final", "auc"] = "final"
-    metric: str = "reward_mean"
+    metric: str = "eval_accuracy"
     criterion_kind: Literal["relative", "absolute"] = "relative"
-    criterion_value: float = 0.9
+    criterion_value: float = 0.0
     secondary_name: str | None = None
+    alpha: float = 0.05  # familywise error over all planned looks
+    looks: int = 1  # planned analysis looks (stages); each decides at alpha / looks
+    min_seeds: int = 3  # no label below this many seeds per arm
+    eval_items: int | None = None  # held-out items per evaluation: the binomial noise floor
+
+    @property
+    def level(self) -> float:
+        """Confidence level of one decision at one look."""
+        return look_level(self.alpha, self.looks)
+
+    def floor_sd(self, p: float) -> float:
+        """Smallest sd a per-seed score can claim: one held-out item's worth (0 when the set is unknown).
+        `p` is kept for callers that scale the floor with the score level."""
+        return resolution_sd(self.eval_items) if self.eval_items else 0.0
 
 
 @dataclass(frozen=True)
@@ -95,6 +120,7 @@ class RunObs:
     host: str | None = None
     config_hash: str | None = None
     attempts: int = 1
+    calibration: bool = False  # a run of the calibration (pilot) stage
 
     def score(self) -> CurveScore | None:
         return score_curve(self.series)
@@ -108,7 +134,11 @@ class ArmStats:
     interval: Interval  # of the per-seed scores
     scores: tuple[float, ...]
     run_ids: tuple[int, ...]  # succeeded runs that contributed a score
-    initial: float  # mean initial level of those runs
+    initial: float  # mean untrained (step-0) level of those runs
+    gains: tuple[float, ...] = ()  # per-seed score - the same run's step-0 score
+    gain_interval: Interval | None = None
+    calibration_gains: tuple[float, ...] = ()  # gains of this arm's calibration-stage runs
+    trained: bool = False  # enough seeds and the gain interval's lower bound above 0
     excluded: tuple[int, ...] = ()  # runs of this arm that did not contribute (failed, cancelled, no data)
     diverged: tuple[int, ...] = ()  # contributing runs whose curve had NaN steps
 
@@ -117,10 +147,9 @@ class ArmStats:
         return len(self.scores)
 
 
-def summarise_arms(
-    obs: Sequence[RunObs], statistic: str, *, seed: int = 0, level: float = 0.95
-) -> list[ArmStats]:
-    """Group runs by (level, x) and bootstrap each arm's scores. Arms without a scored run are left out."""
+def summarise_arms(obs: Sequence[RunObs], q: Question) -> list[ArmStats]:
+    """Group runs by (level, x) and give each arm t intervals of its scores and paired gains. Arms
+    without a scored run are left out."""
     groups: dict[tuple[Any, Any], list[RunObs]] = defaultdict(list)
     for o in obs:
         groups[(o.level, o.x)].append(o)
@@ -129,18 +158,24 @@ def summarise_arms(
         scored = [(o, s) for o in runs if o.state == "succeeded" and (s := o.score()) is not None]
         if not scored:
             continue
-        scores = tuple(s.get(statistic) for _o, s in scored)
-        # one seed stream per arm, so adding an unrelated arm never changes this arm's interval
-        arm_seed = seed + sum(ord(c) for c in runs[0].label)
+        scores = tuple(s.get(q.statistic) for _o, s in scored)
+        gains = tuple(s.get(q.statistic) - s.initial for _o, s in scored)
+        mean = sum(scores) / len(scores)
+        interval = t_interval(scores, level=q.level, floor_sd=q.floor_sd(mean))
+        gain_iv = t_interval(gains, level=q.level, floor_sd=q.floor_sd(mean))
         out.append(
             ArmStats(
                 label=runs[0].label,
                 x=x,
                 level=lvl,
-                interval=bootstrap_ci(scores, level=level, seed=arm_seed),
+                interval=interval,
                 scores=scores,
                 run_ids=tuple(o.run_id for o, _s in scored),
                 initial=sum(s.initial for _o, s in scored) / len(scored),
+                gains=gains,
+                gain_interval=gain_iv,
+                calibration_gains=tuple(g for (o, _s), g in zip(scored, gains, strict=True) if o.calibration),
+                trained=len(scores) >= q.min_seeds and gain_iv.defined and gain_iv.lo > 0,
                 excluded=tuple(o.run_id for o in runs if all(o is not p for p, _s in scored)),
                 diverged=tuple(o.run_id for o, s in scored if s.diverged),
             )
@@ -152,105 +187,207 @@ def _sort_key(v: Any) -> tuple:
     return (0, v, "") if isinstance(v, (int, float)) and not isinstance(v, bool) else (1, 0, str(v))
 
 
+def untrained_level(obs: Sequence[RunObs], q: Question) -> Interval | None:
+    """The step-0 score of every scored run, as a mean with its interval: binomial on the held-out set
+    when its size is known (every run evaluates the same items, so seeds do not average its noise away),
+    else Student-t over the runs."""
+    init = [s.initial for o in obs if o.state == "succeeded" and (s := o.score()) is not None]
+    if not init:
+        return None
+    p = sum(init) / len(init)
+    if q.eval_items:
+        from scipy.stats import norm
+
+        half = float(norm.ppf(1 - (1 - q.level) / 2)) * binomial_sd(p, q.eval_items)
+        return Interval(p, max(0.0, p - half), min(1.0, p + half), len(init), q.level)
+    return t_interval(init, level=q.level)
+
+
+def _labelled(arms: Sequence[ArmStats], q: Question) -> list[ArmStats]:
+    return [a for a in arms if a.n >= q.min_seeds]
+
+
+def _gain(a: ArmStats) -> str:
+    return _ci(a.gain_interval) if a.gain_interval is not None else "n/a"
+
+
+def _nothing_trains(arms: Sequence[ArmStats], q: Question) -> str:
+    """The verdict when no arm's gain clears 0; says whether it is settled or just under-seeded."""
+    best = max(arms, key=lambda a: a.gain_interval.mean if a.gain_interval else -math.inf)
+    few = [a.label for a in arms if a.n < q.min_seeds]
+    s = (
+        f"Cannot tell: no tested {q.name} is shown to train. The largest gain in {q.statistic} {q.metric} over "
+        f"the untrained level is {best.label}'s, {_gain(best)}, and no arm's gain interval lies above 0."
+    )
+    if few:
+        s += f" Arms with fewer than {q.min_seeds} seeds carry no label: {', '.join(few)}."
+    return s
+
+
 # -- threshold ------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ThresholdResult:
     direction: Literal["min", "max"]
-    criterion: float
-    floor: float
-    trained: bool
+    criterion: Interval  # on the gain scale (relative) or the score scale (absolute)
+    floor: float  # the untrained level (mean step-0 score)
+    trained: bool  # some arm trains
     status: dict[str, str]  # arm label -> pass | fail | uncertain
+    tests: dict[str, Interval]  # arm label -> interval the status was read from
     answer: ArmStats | None
     neighbour: ArmStats | None  # adjacent tested arm beyond the answer (should fail)
     best: ArmStats  # highest mean score at this level
+    reference: ArmStats  # the arm the relative criterion scales
     confident: bool
     monotone: bool
     verdict: str
 
+    @property
+    def conclusive(self) -> bool:
+        return self.answer is not None and self.confident and self.monotone
+
 
 def threshold(arms: Sequence[ArmStats], q: Question) -> ThresholdResult:
-    """Smallest (minimum) or largest (maximum) x whose score CI lower bound reaches the criterion."""
+    """Cheapest x (smallest for minimum, largest for maximum) that passes the pre-set criterion."""
     if not arms:
         raise ValueError("threshold needs at least one scored arm")
     direction: Literal["min", "max"] = "min" if q.shape == "minimum" else "max"
-    order = sorted(arms, key=lambda a: a.x, reverse=direction == "max")  # from the "cheap" end
+    order = sorted(arms, key=lambda a: _sort_key(a.x), reverse=direction == "max")  # from the cheap end
     floor = sum(a.initial * a.n for a in arms) / sum(a.n for a in arms)
     best = max(arms, key=lambda a: a.interval.mean)
+    reference = order[-1]  # the generous end of the range, fixed by the question, not by the data
+    ref_gains = reference.calibration_gains if len(reference.calibration_gains) >= 2 else reference.gains
+    f = q.criterion_value
+    tests: dict[str, Interval] = {}
+    status: dict[str, str] = {}
     if q.criterion_kind == "absolute":
-        crit = q.criterion_value
+        crit = Interval(f, f, f, 0, q.level)
+        for a in order:
+            tests[a.label] = a.interval
     else:
-        crit = floor + q.criterion_value * (best.interval.mean - floor)
-    trained = best.interval.lo > floor
-    status = {
-        a.label: "pass" if a.interval.lo >= crit else "fail" if a.interval.hi < crit else "uncertain"
-        for a in order
-    }
-    if not trained and q.criterion_kind == "relative":
-        # "keeps 90% of the best gain" means nothing when there is no gain
-        status = {a.label: "fail" if a.interval.hi <= floor else "uncertain" for a in order}
+        ref_iv = t_interval(ref_gains, level=q.level, floor_sd=q.floor_sd(reference.interval.mean))
+        crit = ref_iv.scaled(f)
+        for a in order:
+            tests[a.label] = welch_interval(
+                a.gains,
+                ref_gains,
+                level=q.level,
+                scale_b=f,
+                floor_sd_a=q.floor_sd(a.interval.mean),
+                floor_sd_b=q.floor_sd(reference.interval.mean),
+            )
+    for a in order:
+        iv = tests[a.label]
+        if a.n < q.min_seeds or not iv.defined:
+            status[a.label] = "uncertain"
+        elif q.criterion_kind == "absolute":
+            status[a.label] = "pass" if a.trained and iv.lo >= f else "fail" if iv.hi < f else "uncertain"
+        else:
+            status[a.label] = "pass" if a.trained and iv.lo > 0 else "fail" if iv.hi < 0 else "uncertain"
+    trained = any(a.trained for a in arms)
     passing = [i for i, a in enumerate(order) if status[a.label] == "pass"]
     answer = order[passing[0]] if passing else None
     neighbour = order[passing[0] - 1] if passing and passing[0] > 0 else None
     confident = answer is not None and (neighbour is None or status[neighbour.label] == "fail")
     monotone = answer is None or all(status[a.label] != "fail" for a in order[passing[0] :])
     word = "smallest" if direction == "min" else "largest"
-    stat = f"{q.statistic} {q.metric}"
-    if not trained and q.criterion_kind == "relative" and best.interval.hi <= floor:
-        verdict = (
-            f"Nothing trained: the best arm ({best.label}, {stat} {_ci(best.interval)}) does not rise above the "
-            f"untrained level {fmt(floor)}, so no {q.name} can be said to train."
-        )
-    elif not trained and q.criterion_kind == "relative":
-        verdict = (
-            f"Training is not established: the best arm's interval ({best.label}, {stat} {_ci(best.interval)}) "
-            f"does not clear the untrained level {fmt(floor)}."
-        )
+    what = (
+        f"{q.statistic} {q.metric} >= {fmt(f)}"
+        if q.criterion_kind == "absolute"
+        else f"a gain of at least {f:.0%} of {reference.label}'s, i.e. {_ci(crit)}"
+    )
+    if not trained:
+        verdict = _nothing_trains(arms, q)
     elif answer is None:
         verdict = (
-            f"No tested {q.name} reached the criterion {fmt(crit)} with confidence: no arm's interval lies above it "
-            f"(best: {best.label}, {_ci(best.interval)})."
+            f"No tested {q.name} is shown to reach the criterion ({what}); the closest is "
+            f"{best.label} with gain {_gain(best)}."
         )
     else:
-        verdict = f"The {word} {q.name} that reaches the criterion ({stat} >= {fmt(crit)}) is {fmt(answer.x)}: {_ci(answer.interval)}."
+        verdict = (
+            f"The {word} tested {q.name} that still trains is {fmt(answer.x)}: gain over the untrained level "
+            f"{fmt(floor)} is {_gain(answer)}, meeting the criterion ({what}); difference to the criterion "
+            f"{_ci(tests[answer.label])}."
+        )
         if neighbour is not None:
-            what = "falls short" if status[neighbour.label] == "fail" else "is uncertain"
-            verdict += f" The next tested value, {fmt(neighbour.x)}, {what}: {_ci(neighbour.interval)}."
-        elif answer is order[0]:
-            verdict += f" It is the {'smallest' if direction == 'min' else 'largest'} value tested."
+            how = "falls short" if status[neighbour.label] == "fail" else "is uncertain"
+            verdict += f" The next tested value, {fmt(neighbour.x)}, {how}: {_ci(tests[neighbour.label])}."
+        else:
+            verdict += f" It is the {word} value tested, so the threshold lies at or beyond it."
         if not monotone:
             verdict += f" Not monotone: a {q.name} beyond it fails."
     return ThresholdResult(
-        direction, crit, floor, trained, status, answer, neighbour, best, confident, monotone, verdict
+        direction,
+        crit,
+        floor,
+        trained,
+        status,
+        tests,
+        answer,
+        neighbour,
+        best,
+        reference,
+        confident,
+        monotone,
+        verdict,
     )
 
 
 # -- best, compare, effect ------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class BestResult:
-    best: ArmStats
-    tied: tuple[ArmStats, ...]  # CIs overlap the best's
-    dominated: tuple[ArmStats, ...]  # CI entirely below the best's
+    best: ArmStats | None  # None: no arm trains
+    tied: tuple[ArmStats, ...]  # differences to the best contain 0 (or too few seeds)
+    dominated: tuple[ArmStats, ...]  # difference to the best above 0
+    diffs: dict[str, Interval]  # arm label -> best - arm (Bonferroni-adjusted level)
     separated: bool
     verdict: str
 
+    @property
+    def conclusive(self) -> bool:
+        return self.best is not None and self.separated
+
+
+def _diff(a: ArmStats, b: ArmStats, q: Question, level: float) -> Interval:
+    return welch_interval(
+        a.scores,
+        b.scores,
+        level=level,
+        floor_sd_a=q.floor_sd(a.interval.mean),
+        floor_sd_b=q.floor_sd(b.interval.mean),
+    )
+
 
 def best_arm(arms: Sequence[ArmStats], q: Question) -> BestResult:
-    """The arm with the highest mean score, its ties and the arms it dominates."""
+    """The arm that trains best, compared with every other arm (Bonferroni over the k-1 comparisons)."""
     if not arms:
         raise ValueError("best_arm needs at least one scored arm")
-    best = max(arms, key=lambda a: (a.interval.mean, a.n))
-    tied = tuple(a for a in arms if a is not best and overlaps(a.interval, best.interval))
-    dominated = tuple(a for a in arms if a is not best and a.interval.hi < best.interval.lo)
-    verdict = f"Best {q.name}: {fmt(best.x)} ({q.statistic} {q.metric} {_ci(best.interval)})."
+    trained = [a for a in _labelled(arms, q) if a.trained]
+    if not trained:
+        return BestResult(None, (), (), {}, False, _nothing_trains(arms, q))
+    best = max(trained, key=lambda a: (a.interval.mean, a.n))
+    others = [a for a in arms if a is not best]
+    level = look_level(q.alpha, q.looks, max(1, len(others)))
+    diffs = {a.label: _diff(best, a, q, level) for a in others}
+    dominated = tuple(
+        a for a in others if a.n >= q.min_seeds and diffs[a.label].defined and diffs[a.label].lo > 0
+    )
+    tied = tuple(a for a in others if a not in dominated)
+    stat = f"{q.statistic} {q.metric}"
+    verdict = f"Best {q.name}: {fmt(best.x)} ({stat} {_ci(best.interval)}, gain {_gain(best)})."
     if tied:
-        verdict += (
-            " Tied with "
-            + ", ".join(f"{fmt(a.x)} ({_ci(a.interval)})" for a in tied)
-            + ": the intervals overlap."
+        verdict = (
+            f"Cannot separate the best {q.name}: {fmt(best.x)} leads ({stat} {_ci(best.interval)}) but is not "
+            "shown better than "
+            + ", ".join(f"{fmt(a.x)} (difference {_ci(diffs[a.label])})" for a in tied)
+            + "."
         )
-    else:
-        verdict += " Its interval is clear of every other arm's."
-    return BestResult(best, tied, dominated, not tied, verdict)
+    elif others:
+        verdict += (
+            " It beats every other tested value: "
+            + ", ".join(f"{fmt(a.x)} by {_ci(diffs[a.label])}" for a in others)
+            + "."
+        )
+    return BestResult(best, tied, dominated, diffs, not tied, verdict)
 
 
 @dataclass(frozen=True)
@@ -258,20 +395,36 @@ class CompareResult:
     a: ArmStats
     b: ArmStats
     diff: Interval  # mean(a) - mean(b)
-    winner: ArmStats | None  # None: a tie
+    winner: ArmStats | None  # None: a tie, or nothing trains
+    trained: bool  # at least one of the two trains
     verdict: str
 
+    @property
+    def conclusive(self) -> bool:
+        return self.winner is not None
 
-def compare_arms(a: ArmStats, b: ArmStats, q: Question, *, seed: int = 0) -> CompareResult:
-    """A versus B by the bootstrap CI of the difference of their mean scores."""
-    diff = diff_ci(a.scores, b.scores, seed=seed)
-    winner = a if diff.lo > 0 else b if diff.hi < 0 else None
+
+def compare_arms(a: ArmStats, b: ArmStats, q: Question) -> CompareResult:
+    """A versus B by the Welch interval of the difference of their mean scores."""
+    diff = _diff(a, b, q, q.level)
+    enough = a.n >= q.min_seeds and b.n >= q.min_seeds
+    trained = a.trained or b.trained
+    winner = None
+    if enough and diff.defined:
+        winner = a if diff.lo > 0 and a.trained else b if diff.hi < 0 and b.trained else None
     head = f"{fmt(a.x)} versus {fmt(b.x)}: difference in {q.statistic} {q.metric} {_ci(diff)}"
-    if winner is None:
-        verdict = f"{head}. A tie: the interval contains 0 ({fmt(a.x)}: {_ci(a.interval)}; {fmt(b.x)}: {_ci(b.interval)})."
+    if not trained:
+        verdict = _nothing_trains([a, b], q)
+    elif not enough:
+        verdict = f"{head}. Too few seeds for a label (need {q.min_seeds} per arm)."
+    elif winner is None:
+        verdict = (
+            f"{head}. No difference shown: the interval contains 0 ({fmt(a.x)}: {_ci(a.interval)}; "
+            f"{fmt(b.x)}: {_ci(b.interval)})."
+        )
     else:
-        verdict = f"{head}. {fmt(winner.x)} is better."
-    return CompareResult(a, b, diff, winner, verdict)
+        verdict = f"{head}. {fmt(winner.x)} is better (gain {_gain(winner)})."
+    return CompareResult(a, b, diff, winner, trained and enough, verdict)
 
 
 @dataclass(frozen=True)
@@ -279,34 +432,45 @@ class EffectResult:
     low: ArmStats
     high: ArmStats
     diff: Interval  # score(high x) - score(low x)
-    direction: Literal["increases", "decreases", "none"]
-    overlapping_neighbours: tuple[tuple[str, str], ...]  # adjacent arms whose CIs overlap
+    direction: Literal["increases", "decreases", "none", "unknown"]
+    overlapping_neighbours: tuple[tuple[str, str], ...]  # adjacent arms whose intervals overlap
     verdict: str
 
+    @property
+    def conclusive(self) -> bool:
+        return self.direction != "unknown"
 
-def effect_of(arms: Sequence[ArmStats], q: Question, *, seed: int = 0) -> EffectResult:
+
+def effect_of(arms: Sequence[ArmStats], q: Question) -> EffectResult:
     """The change in score from the lowest to the highest tested x (ordered arms)."""
     if len(arms) < 2:
         raise ValueError("an effect needs at least two scored arms")
     order = sorted(arms, key=lambda a: _sort_key(a.x))
     low, high = order[0], order[-1]
-    diff = diff_ci(high.scores, low.scores, seed=seed)
-    direction = "increases" if diff.lo > 0 else "decreases" if diff.hi < 0 else "none"
+    diff = _diff(high, low, q, q.level)
     pairs = tuple(
-        (a.label, b.label) for a, b in zip(order, order[1:], strict=False) if overlaps(a.interval, b.interval)
+        (a.label, b.label) for a, b in zip(order, order[1:], strict=False) if a.interval.overlaps(b.interval)
     )
+    if not any(a.trained for a in arms):
+        return EffectResult(low, high, diff, "unknown", pairs, _nothing_trains(arms, q))
+    if min(low.n, high.n) < q.min_seeds or not diff.defined:
+        direction: Literal["increases", "decreases", "none", "unknown"] = "unknown"
+    else:
+        direction = "increases" if diff.lo > 0 else "decreases" if diff.hi < 0 else "none"
     head = f"From {q.name} {fmt(low.x)} to {fmt(high.x)} the {q.statistic} {q.metric} changes by {_ci(diff)}"
     tail = {
         "increases": f": raising {q.name} helps.",
         "decreases": f": raising {q.name} hurts.",
-        "none": ": no clear effect (the interval contains 0).",
+        "none": ": no effect shown (the interval contains 0).",
+        "unknown": f": too few seeds for a label (need {q.min_seeds} per arm).",
     }[direction]
     return EffectResult(low, high, diff, direction, pairs, head + tail)
 
 
 def dominated_arms(arms: Sequence[ArmStats], *, keep_fraction: float = 0.5) -> list[ArmStats]:
-    """Arms to stop early (successive halving on partial curves): CI entirely below the leader's, lowest
-    mean first, never leaving fewer than ceil(keep_fraction * n) arms."""
+    """Arms to stop early (successive halving on partial curves): interval entirely below the leader's,
+    lowest mean first, never leaving fewer than ceil(keep_fraction * n) arms. It only stops arms and
+    never names a winner; its look is counted in `Question.looks` by the planner."""
     if len(arms) < 2:
         return []
     best = max(arms, key=lambda a: a.interval.mean)
@@ -332,20 +496,41 @@ class LevelEvidence:
                 return r.verdict
         return "No scored runs at this level."
 
+    @property
+    def trained(self) -> bool:
+        return any(a.trained for a in self.arms)
+
+    @property
+    def conclusive(self) -> bool:
+        for r in (self.threshold, self.compare, self.effect, self.best):
+            if r is not None:
+                return r.conclusive
+        return False
+
 
 @dataclass
 class Evidence:
     question: Question
     levels: list[LevelEvidence]
+    untrained: Interval | None = None  # the step-0 level of every scored run
     secondary_verdict: str | None = None
     secondary_effect: Interval | None = None  # pooled score at the highest minus the lowest secondary level
     answer: str = ""
     excluded_runs: list[int] = field(default_factory=list)
 
+    @property
+    def nothing_trains(self) -> bool:
+        """No arm at any level shows a gain (the answer must then be "cannot tell", never a winner)."""
+        return bool(self.levels) and not any(le.trained for le in self.levels)
 
-def analyse(q: Question, obs: Sequence[RunObs], *, seed: int = 0) -> Evidence:
+    @property
+    def conclusive(self) -> bool:
+        return bool(self.levels) and all(le.conclusive for le in self.levels)
+
+
+def analyse(q: Question, obs: Sequence[RunObs]) -> Evidence:
     """Everything the leader decides on and the report prints, from the runs alone."""
-    arms = summarise_arms(obs, q.statistic, seed=seed)
+    arms = summarise_arms(obs, q)
     by_level: dict[Any, list[ArmStats]] = defaultdict(list)
     for a in arms:
         by_level[a.level].append(a)
@@ -356,17 +541,22 @@ def analyse(q: Question, obs: Sequence[RunObs], *, seed: int = 0) -> Evidence:
         if q.shape in ("minimum", "maximum"):
             le.threshold = threshold(la, q)
         elif q.shape == "compare" and len(la) == 2:
-            le.compare = compare_arms(la[0], la[1], q, seed=seed)
+            le.compare = compare_arms(la[0], la[1], q)
         elif q.shape == "effect" and len(la) >= 2:
-            le.effect = effect_of(la, q, seed=seed)
+            le.effect = effect_of(la, q)
             le.best = best_arm(la, q)
         else:
             le.best = best_arm(la, q)
         levels.append(le)
-    ev = Evidence(question=q, levels=levels, excluded_runs=sorted(r for a in arms for r in a.excluded))
+    ev = Evidence(
+        question=q,
+        levels=levels,
+        untrained=untrained_level(obs, q),
+        excluded_runs=sorted(r for a in arms for r in a.excluded),
+    )
     ev.excluded_runs += sorted({o.run_id for o in obs} - {r for a in arms for r in (*a.run_ids, *a.excluded)})
     if q.secondary_name is not None and len(levels) >= 2:
-        ev.secondary_verdict, ev.secondary_effect = _secondary(q, levels, seed)
+        ev.secondary_verdict, ev.secondary_effect = _secondary(q, levels)
     parts = [
         (f"At {q.secondary_name} {fmt(le.level)}: " if le.level is not None else "") + le.verdict
         for le in levels
@@ -377,48 +567,33 @@ def analyse(q: Question, obs: Sequence[RunObs], *, seed: int = 0) -> Evidence:
     return ev
 
 
-def _secondary(q: Question, levels: list[LevelEvidence], seed: int) -> tuple[str, Interval | None]:
+def _level_answer(le: LevelEvidence) -> Any:
+    """The level's answer value, or None when it has none."""
+    if le.threshold is not None:
+        return le.threshold.answer.x if le.threshold.conclusive else None
+    if le.compare is not None:
+        return le.compare.winner.x if le.compare.winner else None
+    if le.best is not None and le.best.conclusive:
+        return le.best.best.x
+    return None
+
+
+def _secondary(q: Question, levels: list[LevelEvidence]) -> tuple[str, Interval | None]:
     """Does the secondary variable change the answer, and what is its own (pooled) effect?"""
     lo, hi = levels[0], levels[-1]
     pooled_lo = [s for a in lo.arms for s in a.scores]
     pooled_hi = [s for a in hi.arms for s in a.scores]
-    eff = diff_ci(pooled_hi, pooled_lo, seed=seed) if pooled_lo and pooled_hi else None
+    eff = welch_interval(pooled_hi, pooled_lo, level=q.level) if pooled_lo and pooled_hi else None
     name = q.secondary_name
-    if q.shape in ("minimum", "maximum"):
-        answers = [
-            (le.level, le.threshold.answer.x if le.threshold.answer else None, le.threshold.confident)
-            for le in levels
-        ]
-        shown = "; ".join(
-            f"{fmt(a) if a is not None else 'none'} at {name} {fmt(lv)}" for lv, a, _c in answers
-        )
-        distinct = {a for _lv, a, _c in answers}
-        if distinct == {None}:
-            text = f"Whether {name} changes the answer cannot be told: no level has an answer ({shown})."
-        elif len(distinct) == 1:
-            text = f"{name.capitalize()} does not change the answer at the tested resolution ({shown})."
-        elif all(c for _lv, _a, c in answers):
-            text = f"{name.capitalize()} changes the answer: {shown}."
-        else:
-            text = f"Whether {name} changes the answer is not settled: {shown}, not all confident."
+    answers = [(le.level, _level_answer(le)) for le in levels]
+    shown = "; ".join(f"{fmt(a) if a is not None else 'no answer'} at {name} {fmt(lv)}" for lv, a in answers)
+    distinct = {a for _lv, a in answers}
+    if None in distinct:
+        text = f"Whether {name} changes the answer cannot be told: not every level has a conclusive answer ({shown})."
+    elif len(distinct) == 1:
+        text = f"{name.capitalize()} does not change the answer at the tested resolution ({shown})."
     else:
-        bests = {
-            le.level: (
-                le.best.best.x
-                if le.best
-                else le.compare.winner.x
-                if le.compare and le.compare.winner
-                else None
-            )
-            for le in levels
-        }
-        shown = "; ".join(
-            f"{fmt(b) if b is not None else 'tie'} at {name} {fmt(lv)}" for lv, b in bests.items()
-        )
-        same = len(set(bests.values())) == 1
-        text = (
-            f"{name.capitalize()} {'does not change' if same else 'changes'} which {q.name} wins ({shown})."
-        )
-    if eff is not None:
+        text = f"{name.capitalize()} changes the answer: {shown}."
+    if eff is not None and eff.defined:
         text += f" Pooled over {q.name}, {name} {fmt(hi.level)} versus {fmt(lo.level)} changes the score by {_ci(eff)}."
     return text, eff

@@ -1,10 +1,13 @@
-"""`a3r submit "<goal>"` (alias `a3r research`), `a3r resume <campaign>` and `a3r demo`: the leader's
-command-line entry points.
+"""`a3r research "<goal>"` (also `a3r submit --goal "<goal>"`), `a3r resume <campaign>` and `a3r demo`:
+the leader's command-line entry points.
 
 `add_leader_commands(subparsers)` registers them on the `a3r` parser, whose global `--workspace/--db`
 options they honour. When `--workspace` is left at its default, a campaign gets its own workspace,
 `campaigns/<campaign>/` (one tmux socket and one store per campaign); the report goes to
 `<reports-dir>/<campaign>/report.md` and `report.html`.
+
+Starting and resuming share one error path (`_lead`): an error the user can act on is one line,
+`a3r: error: ...`, and an `ExitCode`; only a bug shows a traceback.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import argparse
 import os
 import re
 import sys
+from enum import IntEnum
 from pathlib import Path
 from typing import Any
 
@@ -20,17 +24,20 @@ import yaml
 
 from a3r.cli_values import parse_value
 
-__all__ = ["DEMO_GOAL", "add_leader_commands", "cmd_demo", "cmd_research", "cmd_resume"]
-
-# The reference case study (AgentJet appendix B) scaled to a 2-core CPU and SmolLM2-135M: a run is 1-2
-# minutes there, stage 1 (3 batch sizes x 2 reply budgets x 2 seeds) about 18, the campaign about 36.
-DEMO_GOAL = (
-    "find the minimum batch size that still trains arithmetic efficiently (1 to 4), "
-    "and whether max response length (16 to 64) changes that"
-)
+__all__ = ["ExitCode", "add_leader_commands", "cmd_demo", "cmd_plan", "cmd_research", "cmd_resume"]
 
 
-DEMO_SETTINGS = ("swarm.training.lr=2e-5", "temperature=0.8")
+
+GOAL_HELP = 'the research goal, e.g. "find the smallest batch size that still trains arithmetic (1 to 64)"'
+
+
+class ExitCode(IntEnum):
+    """How the leader's commands end."""
+
+    OK = 0
+    FAILED = 1  # the campaign cannot go on as it is: fix what the message says, then resume it
+    USAGE = 2  # the goal, the budget or an option is wrong
+    TIMEOUT = 3  # --timeout reached while runs go on: resume the campaign later
 
 
 def _say(msg: str) -> None:
@@ -73,14 +80,21 @@ def _hosts_config(path: str):
     return WorkspaceConfig.parse(data, source=path)
 
 
-def _workspace(args: argparse.Namespace, campaign: str):
+def _workspace(args: argparse.Namespace, campaign: str, *, create: bool):
+    """The campaign's workspace; a new one only when `create` (a resume never makes one)."""
     from a3r.api import Workspace
     from a3r.config import CONFIG_FILE, HostSpec, WorkspaceConfig
+    from a3r.leader.runner import CampaignError
 
     default = args.workspace in (None, ".") and not os.environ.get("A3R_WORKSPACE")
     root = Path("campaigns") / campaign if default else Path(args.workspace)
     hosts = getattr(args, "hosts", None)
     if not (root / CONFIG_FILE).exists():
+        if not create:
+            raise CampaignError(
+                f"no campaign {campaign!r} to resume: {root} is not a workspace (no {CONFIG_FILE}); "
+                "give its --workspace, or start it with a goal first"
+            )
         if hosts:
             config = _hosts_config(hosts)
         else:
@@ -116,90 +130,131 @@ def _base_job(args: argparse.Namespace) -> dict[str, Any]:
     return job
 
 
-def _run(args: argparse.Namespace, goal: str) -> int:
-    from a3r.exceptions import A3RError
-    from a3r.leader.design import BudgetError, ResearchBudget
-    from a3r.leader.goals import GoalParseError
-    from a3r.leader.runner import CampaignError, run_campaign
+def _leader_config(args: argparse.Namespace, goal: str, campaign: str):
+    """The LeaderConfig of a new campaign from the command line; ValueError names a wrong option."""
+    from a3r.leader.design import ResearchBudget
     from a3r.leader.state import LeaderConfig
 
-    campaign = args.campaign or _slug(goal)
+    budget = ResearchBudget(
+        **{
+            "max_stages": args.max_stages,
+            "min_stages": min(args.min_stages, args.max_stages),
+            "max_runs": args.max_runs,
+            "seeds": args.seeds,
+            "max_seeds": max(args.max_seeds, args.seeds),
+            "steps": args.steps,
+            "wall_time_s": args.wall_time,
+            "grid_points": args.grid_points,
+            **_budget_overrides(args.budget),
+        }
+    )
+    return LeaderConfig(
+        campaign=campaign,
+        goal=goal,
+        budget=budget,
+        base_job=_base_job(args),
+        metric=args.metric,
+        reports_dir=args.reports_dir,
+    )
+
+
+def _exit_code(e: Exception) -> ExitCode | None:
+    """How an error ends the command, or None for a bug (which keeps its traceback)."""
+    from a3r.exceptions import A3RError
+    from a3r.leader.design import BudgetError
+    from a3r.leader.runner import CampaignError
+
+    if isinstance(e, TimeoutError):
+        return ExitCode.TIMEOUT
+    if isinstance(e, (CampaignError, BudgetError)):  # BudgetError is a ValueError: decide it first
+        return ExitCode.FAILED
+    if isinstance(e, ValueError):  # a goal it cannot read, budget/option values, workspace or policy settings
+        return ExitCode.USAGE
+    if isinstance(e, A3RError):  # the store, a host, the monitor lease
+        return ExitCode.FAILED
+    return None
+
+
+def _lead(args: argparse.Namespace, campaign: str, goal: str | None) -> int:
+    """Start (`goal` given) or resume a campaign to its report: the one error path of both."""
+    from a3r.leader.runner import run_campaign
+
+    ws = None
     try:
-        budget = ResearchBudget(
-            **{
-                "max_stages": args.max_stages,
-                "min_stages": min(args.min_stages, args.max_stages),
-                "max_runs": args.max_runs,
-                "seeds": args.seeds,
-                "max_seeds": max(args.max_seeds, args.seeds),
-                "steps": args.steps,
-                "wall_time_s": args.wall_time,
-                "grid_points": args.grid_points,
-                **_budget_overrides(args.budget),
-            }
+        config = _leader_config(args, goal, campaign) if goal is not None else None
+        policy = _policy(args)
+        ws = _workspace(args, campaign, create=config is not None)
+        state = run_campaign(ws, policy, config, campaign=campaign, timeout_s=args.timeout, echo=_say)
+    except Exception as e:
+        code = _exit_code(e)
+        if code is None:
+            raise
+        hint = (
+            f"; continue with `a3r --workspace {ws.root} resume {campaign}`"
+            if code == ExitCode.TIMEOUT
+            else ""
         )
-        config = LeaderConfig(
-            campaign=campaign,
-            goal=goal,
-            budget=budget,
-            base_job=_base_job(args),
-            metric=args.metric,
-            reports_dir=args.reports_dir,
-        )
-        ws = _workspace(args, campaign)
-    except (ValueError, A3RError) as e:
-        print(f"a3r: error: {e}", file=sys.stderr)
-        return 2
-    try:
-        state = run_campaign(ws, _policy(args), config, timeout_s=args.timeout, echo=_say)
-    except GoalParseError as e:
-        print(f"a3r: {e}", file=sys.stderr)
-        return 2
-    except (CampaignError, BudgetError) as e:
-        print(f"a3r: error: {e}", file=sys.stderr)
-        return 1
-    except TimeoutError as e:
-        print(f"a3r: {e}; continue with `a3r --workspace {ws.root} resume {campaign}`", file=sys.stderr)
-        return 3
+        print(f"a3r: error: {e}{hint}", file=sys.stderr)
+        return code
     finally:
-        ws.close()
+        if ws is not None:
+            ws.close()
     _say(f"answer: {state['stages'][-1].get('verdict', '')}")
-    return 0
+    return ExitCode.OK
 
 
 def cmd_research(args: argparse.Namespace) -> int:
     """Run a research campaign from a goal sentence to its report."""
-    return _run(args, args.goal)
+    return _lead(args, args.campaign or _slug(args.goal), args.goal)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """The main job on the embedded default: the reference case study scaled to this CPU."""
-    if args.model is None:
-        args.model = "smollm2-135m"
-    args.campaign = args.campaign or "demo-min-batch-size"
-    # The settings under which SmolLM2 learns arithmetic within a few steps on this CPU
-    # (docs/benchmarks/learning_arithmetic.md); the user's own --set values come later and win.
+    """The main job on the embedded default: the reference case study scaled to this CPU
+    (`a3r.leader.demo`); the user's own --set and --budget values come later and win."""
+    from a3r.leader.demo import DEMO_CAMPAIGN, DEMO_GOAL, DEMO_SETTINGS
+
+    args.campaign = args.campaign or DEMO_CAMPAIGN
     args.set = [*DEMO_SETTINGS, *args.set]
-    return _run(args, DEMO_GOAL)
+    args.budget = [",".join(f"{k}={v}" for k, v in _demo_budget_extras().items()), *args.budget]
+    return _lead(args, args.campaign, DEMO_GOAL)
+
+
+def _demo_budget_extras() -> dict[str, Any]:
+    """The demo budget's fields that have no flag of their own (the rest are the demo's flag defaults)."""
+    from a3r.leader.demo import DEMO_BUDGET
+
+    return {k: v for k, v in DEMO_BUDGET.items() if k not in _BUDGET_FLAGS}
+
+
+# ResearchBudget fields that have their own command-line flag (argparse dest -> field)
+_BUDGET_FLAGS = ("max_stages", "min_stages", "max_runs", "seeds", "max_seeds", "steps", "grid_points")
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """Print how a goal would be researched (question, calibration, first stage, ETA) without running it."""
+    import json
+
+    from a3r.leader.planning import plan_campaign
+
+    try:
+        config = _leader_config(args, args.goal, args.campaign or _slug(args.goal))
+        goal = _policy(args).understand(args.goal)
+        from a3r.leader.graph import effective_budget
+
+        plan = plan_campaign(goal, effective_budget(config, goal), config.base_job, slots=args.slots)
+    except Exception as e:
+        code = _exit_code(e)
+        if code is None:
+            raise
+        print(f"a3r: error: {e}", file=sys.stderr)
+        return code
+    print(json.dumps(plan.as_json(), indent=2, default=str) if args.json else plan.render())
+    return ExitCode.OK
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
     """Continue a campaign whose leader was stopped or killed."""
-    from a3r.leader.runner import CampaignError, resume_campaign
-
-    ws = _workspace(args, args.campaign)
-    try:
-        state = resume_campaign(ws, _policy(args), args.campaign, timeout_s=args.timeout, echo=_say)
-    except CampaignError as e:
-        print(f"a3r: error: {e}", file=sys.stderr)
-        return 1
-    except TimeoutError as e:
-        print(f"a3r: {e}", file=sys.stderr)
-        return 3
-    finally:
-        ws.close()
-    _say(f"answer: {state['stages'][-1].get('verdict', '')}")
-    return 0
+    return _lead(args, args.campaign, None)
 
 
 def _policy_args(p: argparse.ArgumentParser) -> None:
@@ -231,13 +286,13 @@ def _campaign_args(p: argparse.ArgumentParser) -> None:
         metavar="KEY.PATH=VALUE",
         help="TrainJob setting for every run, e.g. swarm.pool.group_size=4 (repeatable)",
     )
-    p.add_argument("--metric", help="per-step metric to score (default reward_mean)")
+    p.add_argument("--metric", help="metric to score (default eval_accuracy: held-out greedy accuracy)")
     p.add_argument("--reports-dir", default="reports", help="reports go to <dir>/<campaign>/")
     g = p.add_argument_group("budget")
     g.add_argument("--max-stages", type=int, default=4)
     g.add_argument("--min-stages", type=int, default=2)
     g.add_argument("--max-runs", type=int, default=48)
-    g.add_argument("--seeds", type=int, default=2, help="seeds per new arm")
+    g.add_argument("--seeds", type=int, default=3, help="seeds per new arm (3 is the least any label needs)")
     g.add_argument("--max-seeds", type=int, default=6)
     g.add_argument("--steps", type=int, default=20, help="training steps per run")
     g.add_argument("--grid-points", type=int, default=5, help="values of the studied variable in stage 1")
@@ -258,14 +313,22 @@ def _campaign_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_leader_commands(subparsers: Any, *, goal_submit: bool = False) -> None:
-    """Register `research`, `resume` and `demo` on the `a3r` command's subparsers (and `submit` as the
-    goal form of `research` when `goal_submit`; otherwise `submit` is the execution plane's blueprint form)."""
-    for name in ("research", "submit") if goal_submit else ("research",):
-        s = subparsers.add_parser(name, help="run a research campaign from a goal to its report")
-        s.add_argument(
-            "goal",
-            help='the research goal, e.g. "find the smallest batch size that still trains arithmetic (1 to 64)"',
+    """Register `research`, `resume` and `demo` on the `a3r` command's subparsers, and with `goal_submit`
+    the goal form of `submit` (`a3r submit --goal "<goal>"`, the same as `research`); otherwise `submit`
+    is the execution plane's blueprint form."""
+    s = subparsers.add_parser("research", help="run a research campaign from a goal to its report")
+    s.add_argument("goal", help=GOAL_HELP)
+    _campaign_args(s)
+    s.set_defaults(fn=cmd_research)
+
+    if goal_submit:
+        s = subparsers.add_parser(
+            "submit",
+            help="run a research campaign from a goal to its report (the same as `research`)",
+            description='`a3r submit --goal "<goal>"` is `a3r research "<goal>"`; without --goal, `a3r submit` '
+            "adds blueprint YAML files as runs.",
         )
+        s.add_argument("--goal", required=True, help=GOAL_HELP)
         _campaign_args(s)
         s.set_defaults(fn=cmd_research)
 
@@ -273,7 +336,17 @@ def add_leader_commands(subparsers: Any, *, goal_submit: bool = False) -> None:
         "demo", help="the main job: the reference study scaled to this CPU (offline policy)"
     )
     _campaign_args(s)
-    s.set_defaults(fn=cmd_demo, steps=8, grid_points=3, max_runs=20, max_stages=3)
+    from a3r.leader.demo import DEMO_BUDGET
+
+    s.set_defaults(fn=cmd_demo, **{k: v for k, v in DEMO_BUDGET.items() if k in _BUDGET_FLAGS})
+
+    s = subparsers.add_parser(
+        "plan", help="show how a goal would be researched (question, calibration, first stage, ETA); runs nothing"
+    )
+    s.add_argument("goal", help=GOAL_HELP)
+    s.add_argument("--json", action="store_true", help="print the plan as JSON")
+    _campaign_args(s)
+    s.set_defaults(fn=cmd_plan)
 
     s = subparsers.add_parser("resume", help="continue a campaign whose leader was stopped or killed")
     s.add_argument("campaign")

@@ -40,6 +40,7 @@ __all__ = [
     "first_stage",
     "grid",
     "next_stage",
+    "research_stages",
 ]
 
 
@@ -57,15 +58,38 @@ class ResearchBudget(BaseModel):
         2, ge=1, le=5, description="A question settled earlier still gets a confirmation stage."
     )
     max_runs: int = Field(48, ge=2, description="Runs (configuration x seed) over the whole campaign.")
-    seeds: int = Field(2, ge=1, description="Seeds per new arm, and seeds added per refinement.")
+    seeds: int = Field(
+        3,
+        ge=1,
+        description="Seeds per new arm (at least min_seeds for a label), and seeds added per refinement.",
+    )
     max_seeds: int = Field(6, ge=1, description="No arm gets more seeds than this.")
+    min_seeds: int = Field(3, ge=2, description="Seeds an arm needs before it gets any pass/fail/best label.")
+    alpha: float = Field(
+        0.05,
+        gt=0,
+        lt=1,
+        description="Error rate spent over all planned looks (each stage decides at alpha/max_stages).",
+    )
+    calibrate: bool = Field(
+        True, description="Run a calibration (pilot) stage of the reference configuration before the grid."
+    )
+    pilot_seeds: int = Field(3, ge=2, description="Seeds of the calibration stage.")
+    total_wall_s: float | None = Field(
+        None,
+        gt=0,
+        description="Wall-clock budget of the whole campaign's runs; stages are trimmed to fit it.",
+    )
     steps: int = Field(20, ge=1, description="Training steps per run (swarm.training.max_steps).")
     wall_time_s: float = Field(3600.0, gt=0, description="Wall-clock limit per attempt.")
     grid_points: int = Field(5, ge=2, description="Values of the studied variable in the stage-1 grid.")
     secondary_levels: int = Field(2, ge=2, description="Levels of a secondary numeric variable.")
     refine_points: int = Field(2, ge=1, description="New values per narrowed interval in later stages.")
     stage1_share: float = Field(0.6, gt=0, le=1, description="Largest share of max_runs stage 1 may take.")
-    early_stop: bool = Field(True, description="Stop dominated arms at mid-training (best/compare shapes).")
+    early_stop: bool = Field(
+        False,
+        description="Stop dominated arms at mid-training (best/compare shapes); each rung counts as a look.",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> ResearchBudget:
@@ -73,7 +97,15 @@ class ResearchBudget(BaseModel):
             raise ValueError(f"min_stages ({self.min_stages}) exceeds max_stages ({self.max_stages})")
         if self.seeds > self.max_seeds:
             raise ValueError(f"seeds ({self.seeds}) exceeds max_seeds ({self.max_seeds})")
+        if self.min_seeds > self.max_seeds:
+            raise ValueError(f"min_seeds ({self.min_seeds}) exceeds max_seeds ({self.max_seeds})")
         return self
+
+    @property
+    def looks(self) -> int:
+        """Planned analysis looks that decide something: one per stage after calibration, plus each
+        early-stop rung (it stops arms on an interval, so it spends error too)."""
+        return self.max_stages * (2 if self.early_stop else 1)
 
 
 class Arm(BaseModel):
@@ -91,7 +123,7 @@ class StageDesign(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     index: int = Field(ge=1, description="1-based stage number.")
-    kind: Literal["grid", "refine", "confirm"]
+    kind: Literal["calibration", "grid", "refine", "confirm"]
     purpose: str
     hypothesis: str
     arms: list[Arm] = Field(min_length=1)
@@ -152,35 +184,53 @@ def _levels(goal: Goal, budget: ResearchBudget) -> list[Any]:
 
 
 # -- stage 1 --------------------------------------------------------------------------------------------
-def first_stage(goal: Goal, budget: ResearchBudget) -> StageDesign:
-    """The coarse grid, shrunk (fewer points, then fewer seeds) to fit `stage1_share` of the run budget."""
+def first_stage(goal: Goal, budget: ResearchBudget, prior: list[StageDesign] | None = None) -> StageDesign:
+    """The coarse grid, shrunk (fewer points, then fewer seeds, never below min_seeds) to fit
+    `stage1_share` of the runs left after `prior` (calibration) stages. Configurations a prior stage ran
+    at the same step count keep those seeds, so only their missing seeds count as new runs."""
+    prior = prior or []
     levels = _levels(goal, budget)
-    cap = max(2, math.floor(budget.max_runs * budget.stage1_share))
+    used = {k: set(v) for k, v in _seeds_used([p for p in prior if p.steps == budget.steps]).items()}
+    left = budget.max_runs - sum(p.n_runs for p in prior)
+    cap = max(2, math.floor(left * budget.stage1_share))
     points, seeds = budget.grid_points, budget.seeds
+
+    def new_runs(xs: list[Any], k: int) -> int:
+        return sum(len(set(range(k)) - used.get((lv, x), set())) for lv in levels for x in xs)
+
     xs = grid(goal.factor, points)
-    while len(xs) * len(levels) * seeds > cap and goal.factor.values is None and points > 3:
+    while new_runs(xs, seeds) > cap and goal.factor.values is None and points > 3:
         points -= 1
         xs = grid(goal.factor, points)
-    while len(xs) * len(levels) * seeds > cap and seeds > 1:
+    while new_runs(xs, seeds) > cap and seeds > budget.min_seeds:
         seeds -= 1
-    n = len(xs) * len(levels) * seeds
-    if n > budget.max_runs:
+    n = new_runs(xs, seeds)
+    if n > left:
         raise BudgetError(
-            f"the first stage needs {n} runs ({len(xs)} values x {len(levels)} levels x {seeds} seed) but the "
-            f"budget allows {budget.max_runs}; raise max_runs or name fewer values"
+            f"the first stage needs {n} runs ({len(xs)} values x {len(levels)} levels x {seeds} seeds, at least "
+            f"min_seeds={budget.min_seeds} per arm for any verdict) but the budget has {left} left; raise max_runs "
+            "(or total_wall_s) or name fewer values"
         )
-    arms = [Arm(x=x, level=lv, seeds=list(range(seeds)), why="coarse grid") for lv in levels for x in xs]
+    arms = [
+        Arm(x=x, level=lv, seeds=keep, why="coarse grid")
+        for lv in levels
+        for x in xs
+        if (keep := [s for s in range(seeds) if s not in used.get((lv, x), set())])
+    ]
     sec = f" x {goal.secondary.name} {{{', '.join(fmt(v) for v in levels)}}}" if goal.secondary else ""
     purpose = (
-        f"Stage 1, coarse grid: {goal.factor.name} {{{', '.join(fmt(x) for x in xs)}}}{sec}, "
+        f"Stage {len(prior) + 1}, coarse grid: {goal.factor.name} {{{', '.join(fmt(x) for x in xs)}}}{sec}, "
         f"{seeds} seed(s) each, {budget.steps} steps per run."
     )
     rationale = [f"Cover {goal.factor.describe()} coarsely before narrowing."]
+    pooled = sorted({arm_label(goal, x, lv) for lv in levels for x in xs if used.get((lv, x))})
+    if pooled:
+        rationale.append(f"Pooled with the calibration runs: {', '.join(pooled)} keep their pilot seeds.")
     if seeds < budget.seeds:
         rationale.append(f"Seeds cut to {seeds} to fit {cap} runs ({budget.stage1_share:.0%} of the budget).")
     rung = _rung(goal, budget, len(arms))
     return StageDesign(
-        index=1,
+        index=len(prior) + 1,
         kind="grid",
         purpose=purpose,
         hypothesis=_hypothesis(goal),
@@ -251,13 +301,21 @@ class _Proposals:
         return True
 
 
+def research_stages(stages: list[StageDesign]) -> int:
+    """Stages that answer the question (calibration stages do not count against max_stages)."""
+    return sum(1 for s in stages if s.kind != "calibration")
+
+
 def next_stage(
     goal: Goal, budget: ResearchBudget, stages: list[StageDesign], ev: Evidence
 ) -> StageDesign | None:
-    """The next stage's design from the pooled evidence of all stages so far, or None to finish."""
+    """The next stage's design from the pooled evidence of all stages so far, or None to finish.
+
+    Nothing is refined when nothing trains: more seeds on arms that cannot differ only refine noise."""
     index = len(stages) + 1
+    done = research_stages(stages)
     remaining = budget.max_runs - sum(s.n_runs for s in stages)
-    if index > budget.max_stages or remaining < 1:
+    if done >= budget.max_stages or remaining < 1 or ev.nothing_trains:
         return None
     props = _Proposals(budget, _seeds_used(stages))
     tested = {(a.level, a.x) for st in stages for a in st.arms}
@@ -269,14 +327,14 @@ def next_stage(
         elif le.compare is not None:
             if le.compare.winner is None:
                 props.rationale.append(f"{where}{le.compare.verdict} More seeds on both.")
-                props.more_seeds(le.compare.a, "tie: more seeds")
-                props.more_seeds(le.compare.b, "tie: more seeds")
+                props.more_seeds(le.compare.a, "no difference shown yet: more seeds")
+                props.more_seeds(le.compare.b, "no difference shown yet: more seeds")
         elif le.effect is not None:
             _propose_effect(le, props, where)
         elif le.best is not None:
             _propose_best(goal, budget, le, xs, props, where)
     kind: Literal["refine", "confirm"] = "refine"
-    if not props.arms and index <= budget.min_stages:
+    if not props.arms and done < budget.min_stages:
         kind = "confirm"
         for le in ev.levels:
             for arm in _key_arms(le):
@@ -309,12 +367,8 @@ def next_stage(
 
 def _propose_threshold(goal, budget, le, xs, props: _Proposals, where: str) -> None:
     th, level = le.threshold, le.level
-    if not th.trained and goal.criterion.kind == "relative":
+    if not th.trained:
         props.rationale.append(f"{where}{th.verdict}")
-        if th.best.interval.hi > th.floor and props.more_seeds(
-            th.best, "whether anything trains is unsettled"
-        ):
-            props.rationale.append(f"{where}more seeds on {th.best.label} to settle whether anything trains.")
         return
     if th.answer is not None and th.neighbour is not None:
         inside = between(goal.factor, th.neighbour.x, th.answer.x, budget.refine_points, xs)
@@ -327,22 +381,27 @@ def _propose_threshold(goal, budget, le, xs, props: _Proposals, where: str) -> N
                 f"{', '.join(fmt(x) for x in inside)} in between."
             )
     # the arms next to the boundary first: their status decides the answer
+    target = goal.criterion.value if goal.criterion.kind == "absolute" else 0.0
     boundary = [a for a in (th.neighbour, th.answer) if a is not None]
     others = sorted(
-        (a for a in le.arms if a not in boundary), key=lambda a: abs(a.interval.mean - th.criterion)
+        (a for a in le.arms if a not in boundary), key=lambda a: abs(th.tests[a.label].mean - target)
     )
     for a in boundary + others:
+        iv = th.tests[a.label]
         if th.status.get(a.label) == "uncertain" and props.more_seeds(
-            a, f"interval straddles the criterion {fmt(th.criterion)}"
+            a, "its test against the criterion is undecided"
         ):
             props.rationale.append(
-                f"{where}{a.label}: interval [{fmt(a.interval.lo)}, {fmt(a.interval.hi)}] straddles the criterion "
-                f"{fmt(th.criterion)}; adding seeds."
+                f"{where}{a.label}: difference to the criterion {fmt(iv.mean)} [{fmt(iv.lo)}, {fmt(iv.hi)}] is undecided; "
+                "adding seeds."
             )
 
 
 def _propose_best(goal, budget, le, xs, props: _Proposals, where: str) -> None:
     best = le.best
+    if best.best is None:
+        props.rationale.append(f"{where}{best.verdict}")
+        return
     if goal.factor.knob.kind != "choice":
         ordered = sorted(xs)
         i = ordered.index(best.best.x)
@@ -357,18 +416,20 @@ def _propose_best(goal, budget, le, xs, props: _Proposals, where: str) -> None:
                     f"{where}best so far {fmt(best.best.x)}; testing {fmt(inside[0])} towards {fmt(nb)}."
                 )
     for a in (best.best, *best.tied) if best.tied else ():
-        if props.more_seeds(a, "tied with the best"):
-            props.rationale.append(f"{where}{a.label} overlaps the best arm's interval; adding seeds.")
+        if props.more_seeds(a, "not yet separated from the best"):
+            props.rationale.append(f"{where}{a.label} is not separated from the best; adding seeds.")
     if best.dominated:
-        props.rationale.append(f"{where}dropped as dominated: {', '.join(a.label for a in best.dominated)}.")
+        props.rationale.append(
+            f"{where}dropped as shown worse than the best: {', '.join(a.label for a in best.dominated)}."
+        )
 
 
 def _propose_effect(le, props: _Proposals, where: str) -> None:
     eff = le.effect
     by_label = {a.label: a for a in le.arms}
-    if eff.direction == "none":
+    if eff.direction in ("none", "unknown"):
         for a in (eff.low, eff.high):
-            props.more_seeds(a, "effect interval contains 0")
+            props.more_seeds(a, "effect not settled")
         props.rationale.append(f"{where}{eff.verdict} Adding seeds at both ends.")
     for la, lb in eff.overlapping_neighbours:
         for a in (by_label[la], by_label[lb]):

@@ -5,7 +5,11 @@ Shapes (`Goal.shape`):
   that still trains arithmetic efficiently (1 to 64)";
 - `best`: the best X in a range or set -- "best learning rate for countdown between 1e-6 and 1e-4";
 - `effect`: the effect of X on Y -- "how does group size affect arithmetic?";
-- `compare`: A versus B -- "gspo versus ppo_clip on countdown".
+- `compare`: A versus B -- "gspo versus ppo_clip on countdown", "is GSPO better than GRPO?", "compare rank 4
+  with rank 32", "does temperature 0.6 or 1.0 train countdown better?".
+Values are the researcher's: two or more named values ("1, 2 and 4", "{1e-5, 1e-4}", "0.6 or 1.0") are
+exactly those values, never a sweep between them; a sweep is written as one ("1 to 64", "1-64", "from 16 to
+64", "between 1e-6 and 1e-4", or "[1e-6, 1e-4]", the closed interval of mathematics).
 A secondary factor ("..., and whether max response length changes that") becomes a second variable that
 is crossed with the first, and the question is answered at each of its levels.
 
@@ -18,11 +22,11 @@ the LLM policy produces the same `Goal` through a validated schema instead.
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from a3r.leader.knobs import KNOBS, Knob, find_knob, get_knob
+from a3r.leader.knobs import KNOBS, Knob, find_knob, get_knob, phrase_pattern
 
 __all__ = ["FORMS", "Criterion", "Factor", "Goal", "GoalParseError", "parse_goal"]
 
@@ -31,9 +35,13 @@ Shape = Literal["minimum", "maximum", "best", "effect", "compare"]
 FORMS = (
     "find the smallest <variable> that still trains <task> (<low> to <high>)",
     "find the largest <variable> that still trains <task> [, and whether <variable> changes that]",
-    "find the best <variable> for <task> between <low> and <high>   |   ... in {a, b, c}",
-    "what is the effect of <variable> on <task>   |   how does <variable> affect <task>",
-    "compare <A> versus <B> on <task>   (values of one variable, e.g. gspo versus ppo_clip, or batch size 8 vs 32)",
+    "find the best <variable> for <task> between <low> and <high>   |   ... in {a, b, c}   |   "
+    "... among a, b and c",
+    "what is the effect of <variable> on <task>   |   how does <variable> affect <task>   |   "
+    "does <variable> matter for <task>",
+    "compare <variable> <a> with <variable> <b>   |   <A> versus <B> on <task>   |   is <A> better than <B>"
+    "   |   does <variable> <a> or <b> train <task> better   (two values of one variable: gspo vs ppo_clip, "
+    "rank 4 vs 32)",
 )
 
 
@@ -115,12 +123,17 @@ class Criterion(BaseModel):
 
     kind: Literal["relative", "absolute"] = "relative"
     value: float = Field(
-        0.5, description="Fraction of the reference configuration's gain (relative) or metric level (absolute)."
+        0.0,
+        ge=0,
+        description="Fraction of the reference configuration's gain (relative; 0: it trains at all) or metric "
+        "level (absolute).",
     )
 
     def describe(self, metric: str) -> str:
         if self.kind == "absolute":
             return f"{metric} >= {self.value:g} (the arm's interval above it)"
+        if self.value == 0:
+            return f"still trains: its gain in {metric} over the untrained level has an interval above 0"
         return (
             f"keeps >= {self.value:.0%} of the reference configuration's gain in {metric} over the untrained "
             "level (reference gain measured in the calibration stage)"
@@ -192,23 +205,25 @@ class Goal(BaseModel):
 
 # -- the parser -----------------------------------------------------------------------------------------
 _NUM = r"(\d+(?:\.\d+)?(?:e[-+]?\d+)?)"
+_N = _NUM[1:-1]  # the same number, not captured
 _FREE = r"(?<![\w.])"  # a number must stand alone: "smollm2-135m" holds no range
-_END = r"(?![\w.]|\.\d)"
-_RANGE = [
-    re.compile(rf"between\s+{_FREE}{_NUM}\s+and\s+{_NUM}{_END}"),
-    re.compile(rf"{_FREE}{_NUM}\s*(?:to|-|\.\.|through)\s*{_NUM}{_END}"),
-    re.compile(rf"\[\s*{_NUM}\s*,\s*{_NUM}\s*\]"),
-]
-_SET = [
-    re.compile(rf"\{{\s*({_NUM[1:-1]}(?:\s*,\s*{_NUM[1:-1]})+)\s*\}}"),
-    re.compile(
-        rf"(?:in|among|of|from|values?)\s+\(?\s*({_NUM[1:-1]}(?:\s*,\s*{_NUM[1:-1]})*\s*,?\s*(?:and|or)\s+{_NUM[1:-1]})\)?"
-    ),
-]
-_SINGLE = re.compile(rf"^\s*(?:=|:|of|is|at|to)?\s*{_FREE}{_NUM}{_END}")
+_END = r"(?!\w|\.\d)"  # ... and may end a sentence: "rank 32."
+# levels of a variable, tried in this order: "between 1 and 4" is a range, not the pair {1, 4}
+_BETWEEN = re.compile(rf"between\s+{_FREE}{_NUM}\s+and\s+{_NUM}{_END}")
+_INTERVAL = re.compile(rf"\[\s*{_NUM}\s*,\s*{_NUM}\s*\]")  # [1e-6, 1e-4]: a closed interval, as in maths
+_LIST = re.compile(rf"{_FREE}({_N}(?:\s*,\s*{_N})*\s*,?\s*(?:and|or)\s+{_N}|{_N}(?:\s*,\s*{_N})+){_END}")
+_SPAN = re.compile(rf"{_FREE}{_NUM}\s*(?:to|-|\.\.|through)\s*{_NUM}{_END}")
+_SINGLE = re.compile(rf"^\s*(?:(?:set|fixed)\s+)?(?:=|:|of|is|at|to)?\s*{_FREE}{_NUM}{_END}")
 _TRIGGER = re.compile(r"\b(?:whether|if|how|does|do)\b|\bdepend(?:s|ing)?\s+on\b")
 _CHANGE = re.compile(r"\b(?:chang|affect|influenc|alter|shift|mov|matter|impact|modif|depend)\w*")
-_COMPARE = re.compile(r"\b(?:versus|vs\.?|compared?\s+(?:to|with)|against)\b|^\s*compare\b|\bwhich\b.*\bor\b")
+_COMPARE = re.compile(
+    r"\b(?:versus|vs\.?|compar(?:e|es|ed|ing)|against|outperforms?)\b"
+    r"|\b(?:better|worse|faster|slower|quicker)\s+than\b"
+    r"|\bmore\s+(?:efficient|accurate|effective|stable)\s+than\b"
+    r"|\bwhich\b.*\bor\b"
+)
+# "A or B" compares only when nothing else is asked: in "best lr, 1e-5 or 1e-4" it is a set
+_OR = re.compile(r"\bor\b")
 _MIN = re.compile(
     r"\b(?:minimum|minimal|smallest|lowest|least|fewest|min)\s+(?:possible\s+|viable\s+|usable\s+)?<K(\d+)>"
     r"|\bhow\s+(?:small|low|few)\s+(?:can|could|may|might)\s+(?:the\s+)?<K(\d+)>"
@@ -226,30 +241,40 @@ _BEST = re.compile(
 )
 _EFFECT = re.compile(
     r"\b(?:effect|impact|influence|sensitivity)\s+(?:of\s+)?(?:the\s+)?(?:changing\s+|varying\s+)?<K(\d+)>"
-    r"|\bhow\s+(?:does|do)\s+(?:the\s+)?(?:changing\s+|varying\s+)?<K(\d+)>\s+(?:affect|change|influence|impact)"
-    r"|\bdoes\s+(?:the\s+)?<K(\d+)>\s+(?:matter|affect|change|influence|impact)"
+    r"|\bhow\s+(?:much\s+)?(?:does|do)\s+(?:the\s+)?(?:changing\s+|varying\s+)?<K(\d+)>[^<]*?"
+    r"\b(?:matter|affect|change|influence|impact)"
+    r"|\b(?:does|do|whether)\s+(?:the\s+)?(?:choice\s+of\s+(?:the\s+)?)?<K(\d+)>\s+"
+    r"(?:\([^)]*\)\s+)?(?:really\s+)?"
+    r"(?:matters?|makes?\s+a\s+difference|affects?|changes?|influences?|impacts?)"
+    r"|\bis\s+(?:the\s+)?<K(\d+)>\s+important"
     r"|\b(?:vary|varying|sweep|sweeping)\s+(?:the\s+)?<K(\d+)>"
 )
 _EFFICIENT = re.compile(
-    r"\b(?:efficient(?:ly)?|quick(?:ly)?|fast(?:er)?|sample[\s-]efficient|speed|rapid(?:ly)?)\b"
+    r"\b(?:(?:sample|compute)[\s-])?efficient(?:ly)?\b|\b(?:quick|fast)(?:er|est|ly)?\b"
+    r"|\bspeed\b|\brapid(?:ly)?\b"
 )
 _ABS = re.compile(
     rf"(?:reward|accuracy|score|success\s+rate)\s*(?:of\s+)?(?:>=|at\s+least|above|over|of|=)?\s*{_FREE}{_NUM}(%?)"
 )
+_ABS_BEFORE = re.compile(rf"{_FREE}{_NUM}(%?)\s+(?:held[\s-]out\s+)?(?:reward|accuracy|success\s+rate)\b")
 _REL_WITHIN = re.compile(rf"within\s+{_NUM}\s*%\s+of\s+(?:the\s+)?(?:best|maximum|top|peak)")
 _REL_OF = re.compile(rf"{_FREE}{_NUM}\s*%\s+of\s+(?:the\s+)?(?:best|maximum|top|peak)")
 _STEPS = re.compile(
     rf"{_FREE}(\d+)\s+(?:total\s+)?(?:training\s+|optimi[sz]er\s+)?steps\b|\bsteps?\s*(?:=|:)\s*(\d+)\b"
 )
-_TASK_WORDS = {
-    "arithmetic": ("arithmetic", "math", "maths", "sums", "addition", "aime"),
-    "countdown": ("countdown",),
-    "calculator": ("calculator", "tool use", "tool using"),
-}
-_MODEL_WORDS = {
-    "smollm2-135m": ("smollm2 135m", "smollm2-135m", "smollm2", "smollm"),
-    "tiny": ("tiny model", "model tiny"),
-}
+_SEEDS = re.compile(rf"{_FREE}\d+\s+(?:random\s+)?seeds?\b")
+_NOT_LEVELS = (_STEPS, _ABS, _ABS_BEFORE, _REL_WITHIN, _REL_OF, _SEEDS)
+
+
+class _Value(NamedTuple):
+    """A choice value named in the sentence ("gspo", "full weights", "math")."""
+
+    start: int
+    end: int
+    knob: Knob
+    value: Any
+    phrase: str
+    stands_for: str | None  # the reason, when the phrase is another knob's value read as this choice
 
 
 def _why(e: ValueError) -> str:
@@ -264,17 +289,47 @@ def _normalise(text: str) -> str:
     return re.sub(r"\s+", " ", t).strip()
 
 
-def _word(phrase: str) -> re.Pattern[str]:
-    return re.compile(r"(?<![\w-])" + re.escape(phrase).replace(r"\ ", r"[\s-]+") + r"(?![\w-])")
+def _inside_longer(start: int, end: int, spans: list[tuple[int, int]]) -> bool:
+    return any(a <= start and end <= b and b - a > end - start for a, b in spans)
 
 
-def _choice_mentions(text: str, knob: Knob) -> list[tuple[int, str]]:
-    """(position, value) of each of the knob's valid choices named in `text`."""
-    out = []
-    for v in knob.valid_choices():
-        for m in _word(v.replace("_", " ")).finditer(text):
-            out.append((m.start(), v))
-    return sorted(out)
+def _mentions(text: str) -> tuple[list[_Value], list[tuple[int, int, Knob]]]:
+    """The choice values and the knob mentions in `text`, in order. A phrase inside a longer one is part of
+    it: "lora" in "lora rank" names no value, "task" in "task count" (a pool policy) no task knob."""
+    mentions = find_knob(text)
+    named = {k.key for _s, _e, k in mentions}
+    found = []
+    for knob in KNOBS:
+        phrases = [(p, v, None) for p, v in knob.value_phrases(knob.key in named)]
+        phrases += [(p, v, why) for p, (v, why) in knob.stands_for.items()]
+        for phrase, value, why in phrases:
+            for m in phrase_pattern(phrase).finditer(text):
+                found.append(_Value(m.start(), m.end(), knob, value, phrase, why))
+    spans = [(s, e) for s, e, _k in mentions] + [(v.start, v.end) for v in found]
+    values = sorted((v for v in found if not _inside_longer(v.start, v.end, spans)), key=lambda v: v.start)
+    value_spans = [(v.start, v.end) for v in values]
+    return values, [m for m in mentions if not _inside_longer(m[0], m[1], value_spans)]
+
+
+def _distinct(values: list[_Value]) -> list[_Value]:
+    """The first mention of each value, in the order named."""
+    out: list[_Value] = []
+    for v in sorted(values, key=lambda v: v.start):
+        if all(v.value != w.value for w in out):
+            out.append(v)
+    return out
+
+
+def _named(values: list[_Value], knob: Knob) -> list[Any]:
+    """The knob's values named in the sentence by their own phrases, once each, in order."""
+    return [v.value for v in _distinct([v for v in values if v.knob.key == knob.key and not v.stands_for])]
+
+
+def _without_other_numbers(s: str) -> str:
+    """`s` without numbers that are not levels: "in 20 steps", "accuracy 0.5", "within 5% of the best"."""
+    for pat in _NOT_LEVELS:
+        s = pat.sub(" ", s)
+    return s
 
 
 def _numbers(s: str) -> list[float]:
@@ -283,14 +338,14 @@ def _numbers(s: str) -> list[float]:
 
 def _levels(segment: str) -> tuple[str, Any] | None:
     """A range ("range", (lo, hi)), a set ("set", [..]) or a single value ("single", x) in a segment."""
-    segment = _ABS.sub(" ", _STEPS.sub(" ", segment))  # "in 20 steps", "reward 0.5" are not levels
-    for pat in _SET:
-        if m := pat.search(segment):
-            return "set", _numbers(m.group(1))
-    for pat in _RANGE:
-        if m := pat.search(segment):
-            return "range", (float(m.group(1)), float(m.group(2)))
-    if m := _SINGLE.search(segment):
+    s = _without_other_numbers(segment)
+    if m := _BETWEEN.search(s) or _INTERVAL.search(s):
+        return "range", (float(m.group(1)), float(m.group(2)))
+    if m := _LIST.search(s):  # named values are exactly those values: "1, 2 and 4", "{1e-5, 1e-4}"
+        return "set", _numbers(m.group(1))
+    if m := _SPAN.search(s):
+        return "range", (float(m.group(1)), float(m.group(2)))
+    if m := _SINGLE.search(s):
         return "single", float(m.group(1))
     return None
 
@@ -304,39 +359,221 @@ def _segments(text: str, mentions: list[tuple[int, int, Knob]]) -> list[tuple[Kn
     return out
 
 
-def _factor(knob: Knob, levels: tuple[str, Any] | None, assumptions: list[str], role: str) -> Factor:
-    if levels is None or levels[0] == "single":
+def _factor(
+    knob: Knob,
+    levels: tuple[str, Any] | None,
+    named: list[Any],
+    role: str,
+    understood: dict,
+    assumptions: list[str],
+) -> Factor:
+    """A studied or secondary variable: the choices or levels named, else all choices or the default range."""
+    try:
         if knob.kind == "choice":
-            return Factor(key=knob.key)
-        lo, hi = knob.default_range
-        assumptions.append(f"no range given for the {role} variable {knob.name}; using {lo:g} to {hi:g}")
-        return Factor(key=knob.key, low=lo, high=hi)
-    if levels[0] == "set":
-        return Factor(key=knob.key, values=levels[1])
-    return Factor(key=knob.key, low=levels[1][0], high=levels[1][1])
+            return Factor(key=knob.key, values=named) if len(named) >= 2 else Factor(key=knob.key)
+        if levels is None or levels[0] == "single":
+            lo, hi = knob.default_range
+            assumptions.append(f"no range given for the {role} variable {knob.name}; using {lo:g} to {hi:g}")
+            return Factor(key=knob.key, low=lo, high=hi)
+        if levels[0] == "set":
+            return Factor(key=knob.key, values=levels[1])
+        return Factor(key=knob.key, low=levels[1][0], high=levels[1][1])
+    except ValueError as e:
+        raise GoalParseError(_why(e), understood) from None
 
 
-def _split_secondary(norm: str, primary: tuple[int, int, Knob]) -> tuple[str, str | None]:
-    """(main clause, secondary clause or None): a trailing "whether/does/depends on <variable> ..." part
-    that names a variable other than the studied one."""
+def _masked(norm: str, mentions: list[tuple[int, int, Knob]]) -> str:
+    """The sentence with each variable name replaced by <Ki>, so "max response length" asks no "max"."""
+    masked, last = "", 0
+    for i, (s, e, _k) in enumerate(mentions):
+        masked += norm[last:s] + f"<K{i}>"
+        last = e
+    return masked + norm[last:]
+
+
+def _shape(norm: str, mentions: list[tuple[int, int, Knob]]) -> tuple[Shape | None, tuple | None, int]:
+    """(shape, the studied variable's mention or None for a comparison, where the question's cue starts)."""
+    shape, primary = None, None
+    masked = _masked(norm, mentions)
+    for name, pat in (("minimum", _MIN), ("maximum", _MAX), ("best", _BEST), ("effect", _EFFECT)):
+        if m := pat.search(masked):
+            shape, primary = name, mentions[int(next(g for g in m.groups() if g is not None))]
+            break
+    cue = _COMPARE.search(norm) or (_OR.search(norm) if shape is None else None)
+    if cue is not None and shape not in ("minimum", "maximum"):
+        return "compare", None, cue.start()
+    return shape, primary, primary[0] if primary else 0
+
+
+def _split_secondary(norm: str, after: int, studied_key: str | None) -> tuple[str, str | None]:
+    """(main clause, secondary clause or None): a "whether/does/depends on <variable> ..." part after the
+    question's start that names a variable other than the studied one."""
     for m in _TRIGGER.finditer(norm):
-        if m.start() <= primary[0]:
+        if m.start() <= after:
             continue
         clause = norm[m.start() :]
-        if any(k.key != primary[2].key for _s, _e, k in find_knob(clause)) and _CHANGE.search(clause):
+        if any(k.key != studied_key for _s, _e, k in _mentions(clause)[1]) and _CHANGE.search(clause):
             return norm[: m.start()].rstrip(" ,;.?"), clause
     return norm, None
 
 
-def _task(norm: str, understood: dict, assumptions: list[str]) -> str | None:
-    for task, words in _TASK_WORDS.items():
-        for w in words:
-            if _word(w).search(norm):
-                if w != task:
-                    assumptions.append(f"'{w}' is read as the built-in task {task!r}")
-                understood["task"] = task
-                return task
+def _task(values: list[_Value], understood: dict, assumptions: list[str]) -> str | None:
+    """The first built-in task named, by name or by a word for it ("math", "aime")."""
+    for v in values:
+        if v.knob.key == "task":
+            if v.phrase != v.value:
+                assumptions.append(f"'{v.phrase}' is read as the built-in task {v.value!r}")
+            understood["task"] = v.value
+            return v.value
     return None
+
+
+def _studied_factor(
+    main: str, primary: tuple, mentions: list, values: list[_Value], understood: dict, assumptions: list[str]
+) -> Factor:
+    """The variable a minimum/maximum/best/effect question studies, with its range, set or choices."""
+    knob = primary[2]
+    understood["variable"] = knob.name
+    segs = _segments(main, mentions)
+    # the range may follow any mention of the variable ("smallest batch size ... (batch size 1 to 64)")
+    levels = next((lv for k, seg in segs if k.key == knob.key and (lv := _levels(seg))), None)
+    factor = _factor(
+        knob, levels or _levels(main[: primary[0]]), _named(values, knob), "studied", understood, assumptions
+    )
+    understood["range"] = factor.describe()
+    return factor
+
+
+def _compared_numbers(main: str, mentions: list) -> tuple[Knob, list[float]] | None:
+    """The first numeric variable with two or more numbers after its mentions (or, named first, before it)."""
+    segs = _segments(main, mentions)
+    for i, (knob, _seg) in enumerate(segs):
+        if knob.kind == "choice":
+            continue
+        text = " ".join(seg for k, seg in segs if k.key == knob.key)
+        if i == 0:  # "is 8 or 32 the better batch size"
+            text = main[: mentions[0][0]] + " " + text
+        found = re.findall(_FREE + _NUM + _END, _without_other_numbers(text))
+        nums = list(dict.fromkeys(float(x) for x in found))
+        if len(nums) >= 2:
+            return knob, nums
+    return None
+
+
+def _compare_factor(
+    main: str, mentions: list, values: list[_Value], understood: dict, assumptions: list[str]
+) -> Factor:
+    """The compared variable and exactly the values named, in the order named: two choices of one knob,
+    else one choice and another knob's value that stands for a second one ("gspo" vs "grpo"), else the
+    numbers after one numeric variable ("rank 4 with rank 32")."""
+    own: dict[str, list[_Value]] = {}
+    for v in values:
+        if not v.stands_for:
+            own.setdefault(v.knob.key, []).append(v)
+    own = {k: _distinct(vs) for k, vs in own.items()}
+    direct = [vs for vs in own.values() if len(vs) >= 2]
+    # only a knob with a value of its own named takes another knob's value as its second
+    stood = [_distinct(vs + [v for v in values if v.knob.key == k and v.stands_for]) for k, vs in own.items()]
+    if candidates := direct or [vs for vs in stood if len(vs) >= 2]:
+        named_keys = {k.key for _s, _e, k in mentions}
+        # the variable the sentence names wins, else the one whose values come first
+        group = min(candidates, key=lambda vs: (vs[0].knob.key not in named_keys, vs[0].start))
+        assumptions += [
+            f"'{v.phrase}' is compared as {v.knob.name} {v.value}: {v.stands_for}"
+            for v in group
+            if v.stands_for
+        ]
+        return _compared(group[0].knob, [v.value for v in group], understood)
+    if numeric := _compared_numbers(main, mentions):
+        return _compared(*numeric, understood)
+    seen = [
+        f"{vs[0].phrase} ({vs[0].knob.name})"
+        for k, vs in own.items()
+        if k not in ("task", "swarm.model.name")
+    ]
+    if len(seen) >= 2:
+        understood["values"] = seen
+        raise GoalParseError(
+            f"it names values of different variables ({', '.join(seen)}); "
+            "a comparison needs two values of one",
+            understood,
+        )
+    if variables := [k.name for _s, _e, k in mentions if k.key != "task"]:
+        understood["variables"] = variables
+    raise GoalParseError("it compares things but names no two values of one variable", understood)
+
+
+def _compared(knob: Knob, named: list[Any], understood: dict) -> Factor:
+    understood["variable"] = knob.name
+    understood["values"] = named
+    try:
+        return Factor(key=knob.key, values=named)
+    except ValueError as e:
+        raise GoalParseError(_why(e), understood) from None
+
+
+def _secondary(clause: str | None, factor: Factor, understood: dict, assumptions: list[str]) -> Factor | None:
+    """The variable of the "and whether <variable> changes that" clause, with its own levels."""
+    if clause is None:
+        return None
+    values, mentions = _mentions(clause)
+    knob = next((k for _s, _e, k in mentions if k.key != factor.key), None)
+    if knob is None:
+        return None
+    seg = next(seg for k, seg in _segments(clause, mentions) if k.key == knob.key)
+    secondary = _factor(knob, _levels(seg), _named(values, knob), "secondary", understood, assumptions)
+    understood["secondary"] = secondary.describe()
+    return secondary
+
+
+def _fixed(
+    main: str, mentions: list, values: list[_Value], studied: set[str], understood: dict
+) -> dict[str, Any]:
+    """Settings every arm shares: one number after a variable ("group size 8") and a choice named alone
+    ("using gspo", "with smollm2", "without lora"); two named values of an unstudied variable fix nothing."""
+    fixed: dict[str, Any] = {}
+    for knob, seg in _segments(main, mentions):
+        if knob.kind == "choice" or knob.key in studied or knob.key in fixed:
+            continue
+        lv = _levels(seg)
+        if lv is not None and lv[0] == "single":
+            try:
+                fixed[knob.key] = knob.coerce(lv[1])
+            except ValueError as e:
+                raise GoalParseError(_why(e), understood) from None
+    for knob in KNOBS:
+        named = _named(values, knob)
+        if knob.key not in studied and knob.key != "task" and len(named) == 1:
+            fixed[knob.key] = named[0]
+    return fixed
+
+
+def _add_requirements(studied: set[str], fixed: dict[str, Any], understood: dict) -> None:
+    """Fix the settings the studied and fixed variables need (LoRA on for a LoRA rank); refuse conflicts."""
+    for key in [*studied, *fixed]:
+        knob = get_knob(key)
+        for req_key, req_value in knob.requires.items():
+            if req_key in studied:
+                if key in studied:
+                    raise GoalParseError(
+                        f"{knob.name} needs {req_key}={req_value}, which the goal varies", understood
+                    )
+                continue  # "does LoRA matter, with rank 8": the arms without LoRA ignore the rank
+            if fixed.setdefault(req_key, req_value) != req_value:
+                raise GoalParseError(
+                    f"{knob.name} needs {req_key}={req_value}, but the goal sets {fixed[req_key]}", understood
+                )
+
+
+def _criterion(norm: str) -> Criterion:
+    """The researcher's threshold ("accuracy at least 0.5", "within 5% of the best"), else the default."""
+    if m := _ABS.search(norm) or _ABS_BEFORE.search(norm):
+        return Criterion(kind="absolute", value=float(m.group(1)) / (100 if m.group(2) else 1))
+    if m := _REL_WITHIN.search(norm):
+        return Criterion(value=1 - float(m.group(1)) / 100)
+    if m := _REL_OF.search(norm):
+        return Criterion(value=float(m.group(1)) / 100)
+    return Criterion()
 
 
 def parse_goal(text: str) -> Goal:
@@ -344,106 +581,43 @@ def parse_goal(text: str) -> Goal:
     norm = _normalise(text)
     understood: dict[str, Any] = {}
     assumptions: list[str] = []
-    mentions = find_knob(norm)
-    if not mentions and not _COMPARE.search(norm):
+    values, mentions = _mentions(norm)
+    task = _task(values, understood, assumptions)
+    shape, primary, cue = _shape(norm, mentions)
+    if shape is None and not mentions:
         raise GoalParseError("it names no variable to study", understood)
-
-    # the shape is read with variable names masked, so "max response length" is not a "max ..." question
-    masked, last = "", 0
-    for i, (s, e, _k) in enumerate(mentions):
-        masked += norm[last:s] + f"<K{i}>"
-        last = e
-    masked += norm[last:]
-    shape, primary_idx = None, None
-    for name, pat in (("minimum", _MIN), ("maximum", _MAX), ("best", _BEST), ("effect", _EFFECT)):
-        if m := pat.search(masked):
-            shape, primary_idx = name, int(next(g for g in m.groups() if g is not None))
-            break
-    if _COMPARE.search(norm) and shape not in ("minimum", "maximum"):
-        shape = "compare"
     if shape is None:
-        _task(norm, understood, [])
         understood["variables"] = [k.name for _s, _e, k in mentions]
         raise GoalParseError(
-            "it asks no recognised question about them (smallest, largest, best, effect of, versus)",
+            "it asks no recognised question about them (smallest, largest, best, effect of, versus, A or B)",
             understood,
         )
     understood["shape"] = shape
-    task = _task(norm, understood, assumptions)
-    fixed: dict[str, Any] = {}
-    for model, words in _MODEL_WORDS.items():
-        if any(_word(w).search(norm) for w in words):
-            fixed["swarm.model.name"] = model
-            understood["model"] = model
-            break
-
+    main, clause = _split_secondary(norm, cue, primary[2].key if primary else None)
+    main_mentions = [m for m in mentions if m[1] <= len(main)]
+    main_values = [v for v in values if v.end <= len(main)]
     if shape == "compare":
-        factor, main, secondary_clause = _compare_factor(norm, mentions, understood)
+        factor = _compare_factor(main, main_mentions, main_values, understood, assumptions)
     else:
-        primary = mentions[primary_idx]
-        main, secondary_clause = _split_secondary(norm, primary)
-        main_mentions = [m for m in mentions if m[1] <= len(main)]
-        understood["variable"] = primary[2].name
-        segs = _segments(main, main_mentions)
-        # the range may follow any mention of the variable ("smallest batch size ... (batch size 1 to 64)")
-        levels = next((lv for k, seg in segs if k.key == primary[2].key and (lv := _levels(seg))), None)
-        levels = levels or _levels(main[: primary[0]])
-        try:
-            factor = _factor(primary[2], levels, assumptions, "studied")
-        except ValueError as e:
-            raise GoalParseError(_why(e), understood) from None
-        understood["range"] = factor.describe()
-        for knob, seg in segs:
-            if knob.key in (factor.key, "task") or knob.key in fixed:
-                continue
-            lv = _levels(seg)
-            if lv is not None and lv[0] == "single" and knob.kind != "choice":
-                try:
-                    fixed[knob.key] = knob.coerce(lv[1])
-                except ValueError as e:
-                    raise GoalParseError(_why(e), understood) from None
-
-    secondary = None
-    if secondary_clause is not None:
-        sk = next((k for _s, _e, k in find_knob(secondary_clause) if k.key != factor.key), None)
-        if sk is not None:
-            segs = dict((k.key, seg) for k, seg in _segments(secondary_clause, find_knob(secondary_clause)))
-            try:
-                secondary = _factor(sk, _levels(segs.get(sk.key, "")), assumptions, "secondary")
-            except ValueError as e:
-                raise GoalParseError(_why(e), understood) from None
-            understood["secondary"] = secondary.describe()
-
+        factor = _studied_factor(main, primary, main_mentions, main_values, understood, assumptions)
+    secondary = _secondary(clause, factor, understood, assumptions)
+    studied = {factor.key} | ({secondary.key} if secondary else set())
+    fixed = _fixed(main, main_mentions, values, studied, understood)
+    if fixed:
+        understood["fixed"] = dict(fixed)
+    _add_requirements(studied, fixed, understood)
     if task is None and factor.key != "task":
         task = "arithmetic"
         assumptions.append("no built-in task named; using arithmetic")
-    studied = {factor.key} | ({secondary.key} if secondary else set())
-    for knob in (get_knob("swarm.algorithm.policy_loss"), get_knob("swarm.algorithm.advantage")):
-        named = {v for _p, v in _choice_mentions(norm, knob)}
-        if knob.key not in studied and len(named) == 1:  # "... with gspo" fixes the loss
-            fixed[knob.key] = named.pop()
-    for key in studied:
-        for req_key, req_val in get_knob(key).requires.items():
-            fixed.setdefault(req_key, req_val)
-    fixed.pop(factor.key, None)
-
-    criterion = Criterion()
-    if m := _ABS.search(norm):
-        v = float(m.group(1)) / (100 if m.group(2) else 1)
-        criterion = Criterion(kind="absolute", value=v)
-    elif m := _REL_WITHIN.search(norm):
-        criterion = Criterion(value=1 - float(m.group(1)) / 100)
-    elif m := _REL_OF.search(norm):
-        criterion = Criterion(value=float(m.group(1)) / 100)
-    steps = None
-    if m := _STEPS.search(norm):
-        steps = int(m.group(1) or m.group(2))
     statistic = "auc" if _EFFICIENT.search(norm) else "final"
     if statistic == "auc":
         assumptions.append(
             "speed of learning ('efficiently', 'fastest') is scored by the area under the held-out accuracy "
             "curve (trapezoid over the evaluation steps, divided by the steps)"
         )
+    steps = None
+    if m := _STEPS.search(norm):
+        steps = int(m.group(1) or m.group(2))
     try:
         return Goal(
             text=text,
@@ -453,33 +627,9 @@ def parse_goal(text: str) -> Goal:
             task=task or "arithmetic",
             fixed=fixed,
             statistic=statistic,
-            criterion=criterion,
+            criterion=_criterion(norm),
             steps=steps,
             assumptions=assumptions,
         )
     except ValueError as e:
         raise GoalParseError(_why(e), understood) from None
-
-
-def _compare_factor(norm: str, mentions: list, understood: dict) -> tuple[Factor, str, str | None]:
-    """The compared variable and values: named choices of one knob, or numbers after one numeric knob."""
-    for knob in KNOBS:
-        if knob.kind != "choice":
-            continue
-        named = list(dict.fromkeys(v for _p, v in _choice_mentions(norm, knob)))
-        if len(named) >= 2:
-            understood["variable"] = knob.name
-            understood["values"] = named
-            return Factor(key=knob.key, values=named), norm, None
-    for _s, e, knob in mentions:
-        if knob.kind == "choice":
-            continue
-        rest = _ABS.sub(" ", _STEPS.sub(" ", norm[e:]))
-        nums = [float(x) for x in re.findall(_FREE + _NUM + _END, rest)]
-        if len(nums) >= 2:
-            understood["variable"] = knob.name
-            try:
-                return Factor(key=knob.key, values=list(dict.fromkeys(nums))), norm, None
-            except ValueError as err:
-                raise GoalParseError(_why(err), understood) from None
-    raise GoalParseError("it compares things but names no two values of one variable", understood)

@@ -3,7 +3,8 @@
     understand -> plan -> write_blueprints -> dispatch -> wait (loop) -> analyse -> write_blueprints | report
 
 - understand: the policy turns the sentence into a `Goal`; the campaign row is created (idempotent).
-- plan: the first stage's design. Later designs come out of `analyse` (the policy's decision).
+- plan: the calibration (pilot) stage (`a3r.leader.calibration`), or the policy's first stage when the
+  budget turns calibration off. Later designs come out of `analyse`.
 - write_blueprints: the design as validated blueprints (engine TrainJobs), kept in the state and written
   as YAML under the report directory for humans.
 - dispatch: the stage and its runs in the store through `a3r.api.Workspace`. Creation is idempotent by
@@ -12,7 +13,10 @@
 - wait: one non-blocking look at the stage's runs; stops dominated arms at the early-stop rung; parks the
   graph with `interrupt()` while runs are unfinished (`a3r.leader.runner` wakes it). Everything before the
   interrupt is a read or an idempotent write, because the node re-runs from its start on resume.
-- analyse: evidence from the store (`a3r.analysis`), then the policy's decision: next stage or finish.
+- analyse: after a calibration stage, the pilot's measurements decide: size the grid (seeds for the
+  effect, runs for the wall budget) and ask the policy for it, re-pilot with more steps, or stop with
+  advice. After a research stage: evidence from the store (`a3r.analysis`), then the policy's decision:
+  next stage or finish. Nothing is refined once the evidence says no arm trains.
 - report: Markdown + HTML from the store and the analysis; LLM prose is vetted for numbers. When the
   workspace has nothing left to run, its monitor and tmux servers are stopped.
 
@@ -22,7 +26,9 @@ Compile with a durable checkpointer (`SqliteSaver`, a file separate from the run
 
 from __future__ import annotations
 
+import math
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -33,14 +39,24 @@ from a3r.analysis import analyse as analyse_evidence
 from a3r.api import Workspace
 from a3r.blueprints import Blueprint
 from a3r.leader.blueprints import stage_blueprints
+from a3r.leader.calibration import (
+    MAX_CALIBRATIONS,
+    Calibration,
+    calibration_stage,
+    measure,
+    no_training_advice,
+    pool_seeds,
+    size_budget,
+)
 from a3r.leader.design import ResearchBudget, StageDesign
 from a3r.leader.goals import Goal
-from a3r.leader.observe import observe
+from a3r.leader.observe import RunRecord, observe
 from a3r.leader.policy import Decision, Policy
 from a3r.leader.provenance import collect_provenance
+from a3r.leader.recovery import revise_failed_runs
 from a3r.leader.state import LeaderConfig, LeaderState, StageRecord
 from a3r.leader.waiting import early_drop, ensure_monitor, rung_ready
-from a3r.report import allowed_numbers, build_report_data, question_of, vet_prose, write_report
+from a3r.report import allowed_numbers, build_report_data, eval_items_of, question_of, vet_prose, write_report
 from a3r.states import RunState
 
 __all__ = ["build_graph", "effective_budget"]
@@ -61,7 +77,39 @@ def build_graph(ws: Workspace, policy: Policy) -> StateGraph:
     def ctx(state: LeaderState) -> tuple[LeaderConfig, Goal, ResearchBudget]:
         cfg = LeaderConfig.model_validate(state["config"])
         goal = Goal.model_validate(state["goal"])
+        if state.get("budget"):  # sized by the calibration
+            return cfg, goal, ResearchBudget.model_validate(state["budget"])
         return cfg, goal, effective_budget(cfg, goal)
+
+    def slots() -> int:
+        return max(1, sum(len(h.slots) for h in ws.config.hosts))
+
+    def records_of(state: LeaderState, goal: Goal) -> list[RunRecord]:
+        calib = frozenset(s["index"] for s in state["stages"] if s["design"]["kind"] == "calibration")
+        return observe(ws, state["campaign_id"], goal, calib)
+
+    def current(records: list[RunRecord], steps: int) -> list[RunRecord]:
+        """Runs at the current step budget: a re-pilot with more steps supersedes the earlier pilot."""
+        return [r for r in records if r.budget_steps == steps]
+
+    def elapsed(state: LeaderState) -> float:
+        return time.time() - state.get("started_at", time.time())
+
+    def run_cost(records: list[RunRecord]) -> float:
+        done = [r.wall_s for r in records if r.obs.state == RunState.SUCCEEDED and r.wall_s > 0]
+        return sum(done) / len(done) if done else 0.0
+
+    def with_wall(budget: ResearchBudget, records: list[RunRecord], spent: float) -> ResearchBudget:
+        """The budget with max_runs cut to what the remaining wall time holds at the measured run cost."""
+        cost = run_cost(records)
+        if budget.total_wall_s is None or cost <= 0:
+            return budget
+        fit = len(records) + max(0, math.floor((budget.total_wall_s - spent) / cost * slots()))
+        return budget.model_copy(update={"max_runs": min(budget.max_runs, fit)})
+
+    def eta(design: StageDesign, records: list[RunRecord]) -> float | None:
+        cost = run_cost(records)
+        return design.n_runs * cost / slots() if cost > 0 else None
 
     def understand(state: LeaderState) -> dict[str, Any]:
         cfg = LeaderConfig.model_validate(state["config"])
@@ -80,10 +128,13 @@ def build_graph(ws: Workspace, policy: Policy) -> StateGraph:
 
     def plan(state: LeaderState) -> dict[str, Any]:
         _cfg, goal, budget = ctx(state)
-        design = policy.plan_stage(goal, budget, [], None)
+        if budget.calibrate:
+            design = calibration_stage(goal, budget)
+        else:
+            design = policy.plan_stage(goal, budget, [], None)
         if design is None:
             raise ValueError("the policy planned no first stage; the goal needs at least one experiment")
-        return {"pending": {"design": design.model_dump(mode="json")}}
+        return {"pending": {"design": design.model_dump(mode="json")}, "started_at": time.time()}
 
     def write_blueprints(state: LeaderState) -> dict[str, Any]:
         cfg, goal, budget = ctx(state)
@@ -111,16 +162,21 @@ def build_graph(ws: Workspace, policy: Policy) -> StateGraph:
             arms=arms,
             rung_done=design.rung_step is None,
             dropped={},
+            eta_s=state["pending"].get("eta_s"),
         )
         return {"stages": [*state["stages"], rec], "pending": None, "status": "running"}
 
     def wait(state: LeaderState) -> dict[str, Any]:
         cfg, goal, _budget = ctx(state)
         st = state["stages"][-1]
+        # failed runs the policy can fix go back to the queue with a revised blueprint (idempotent)
+        revise_failed_runs(ws, policy, goal, st["run_ids"])
         status = ws.poll_runs(st["run_ids"])
         rung = st["design"].get("rung_step")
         if not status.done and not st["rung_done"] and rung_ready(ws, st["arms"], rung):
-            dropped = early_drop(ws, state["campaign_id"], goal, st, cfg.bootstrap_seed)
+            dropped = early_drop(
+                ws, state["campaign_id"], goal, st, question_of(goal, _budget, eval_items_of(cfg.base_job))
+            )
             return {
                 "stages": [*state["stages"][:-1], {**st, "rung_done": True, "dropped": dropped}],
                 "waiting": True,
@@ -140,24 +196,99 @@ def build_graph(ws: Workspace, policy: Policy) -> StateGraph:
 
     def analyse(state: LeaderState) -> dict[str, Any]:
         cfg, goal, budget = ctx(state)
-        records = observe(ws, state["campaign_id"], goal)
-        ev = analyse_evidence(question_of(goal), [r.obs for r in records], seed=cfg.bootstrap_seed)
+        last = StageDesign.model_validate(state["stages"][-1]["design"])
+        records = current(records_of(state, goal), last.steps)
+        if last.kind == "calibration":
+            return after_calibration(state, cfg, goal, budget, last, records)
         designs = [StageDesign.model_validate(s["design"]) for s in state["stages"]]
-        decision = policy.decide(goal, budget, designs, ev)
+        ev = analyse_evidence(
+            question_of(goal, budget, eval_items_of(cfg.base_job)), [r.obs for r in records]
+        )
+        budget_now = with_wall(budget, records, elapsed(state))
+        if ev.nothing_trains:
+            cal = Calibration.model_validate(state["calibration"][-1]) if state.get("calibration") else None
+            decision = Decision(
+                action="finish", reason=f"{ev.answer} {no_training_advice(goal, budget, cfg.base_job, cal)}"
+            )
+        else:
+            decision = policy.decide(goal, budget_now, designs, ev)
+        return finish_stage(state, ev.answer, decision, designs, records)
+
+    def finish_stage(
+        state: LeaderState,
+        verdict: str,
+        decision: Decision,
+        designs: list[StageDesign],
+        records: list[RunRecord],
+    ) -> dict[str, Any]:
         pending = None
         if decision.action == "continue" and decision.next_stage is not None:
             nxt = decision.next_stage.model_copy(update={"index": len(designs) + 1})
-            pending = {"design": nxt.model_dump(mode="json")}
+            nxt = pool_seeds(nxt, designs)
+            if nxt is not None:
+                pending = {"design": nxt.model_dump(mode="json"), "eta_s": eta(nxt, records)}
         st = {
             **state["stages"][-1],
-            "verdict": ev.answer,
+            "verdict": verdict,
             "decision": decision.model_dump(mode="json", exclude={"next_stage"}),
         }
         return {"stages": [*state["stages"][:-1], st], "pending": pending}
 
+    def after_calibration(
+        state: LeaderState,
+        cfg: LeaderConfig,
+        goal: Goal,
+        budget: ResearchBudget,
+        design: StageDesign,
+        records: list[RunRecord],
+    ) -> dict[str, Any]:
+        mine = [r for r in records if r.obs.stage == design.index]
+        scored = [
+            (s.initial, s.get(goal.statistic))
+            for r in mine
+            if r.obs.state == RunState.SUCCEEDED and (s := r.obs.score()) is not None
+        ]
+        walls = [r.wall_s for r in mine if r.obs.state == RunState.SUCCEEDED]
+        cal = measure(goal, budget, design, scored, walls, eval_items=eval_items_of(cfg.base_job))
+        cals = [*state.get("calibration", []), cal.model_dump(mode="json")]
+        designs = [StageDesign.model_validate(s["design"]) for s in state["stages"]]
+        spent = elapsed(state)
+        gain = (
+            f"gain {cal.gain:.3g} [{cal.gain_lo:.3g}, {cal.gain_hi:.3g}]"
+            if cal.gain_lo is not None
+            else "no interval"
+        )
+        seen = (
+            f"Calibration ({cal.label}, {cal.runs} seeds, {cal.steps} steps): untrained level {cal.untrained:.3g}, "
+            f"{gain}, sigma {cal.sigma:.3g}, {cal.run_s:.0f} s per run."
+        )
+        if cal.visible:
+            sized, why = size_budget(goal, budget, cal, len(records_of(state, goal)), spent)
+            nxt = policy.plan_stage(goal, sized, designs, None)
+            reason = f"{seen} Training is visible. " + " ".join(why)
+            decision = Decision(action="continue", reason=reason, next_stage=nxt, author="offline")
+            out = finish_stage(state, seen, decision, designs, records)
+            return {**out, "calibration": cals, "budget": sized.model_dump(mode="json")}
+        steps = design.steps * 2
+        repilot_s = cal.run_s * steps / max(design.steps, 1) * budget.pilot_seeds / slots()
+        fits = budget.total_wall_s is None or spent + repilot_s <= budget.total_wall_s
+        if len(cals) < MAX_CALIBRATIONS and cal.runs and fits:
+            nxt = calibration_stage(goal, budget, index=len(designs) + 1, steps=steps)
+            decision = Decision(
+                action="continue",
+                reason=f"{seen} Training is not visible yet; calibrating again with {steps} steps.",
+                next_stage=nxt,
+            )
+            out = finish_stage(state, seen, decision, designs, records)
+            return {**out, "calibration": cals}
+        advice = no_training_advice(goal, budget, cfg.base_job, cal)
+        decision = Decision(action="finish", reason=f"{seen} {advice}")
+        out = finish_stage(state, f"{seen} {advice}", decision, designs, records)
+        return {**out, "calibration": cals}
+
     def report(state: LeaderState) -> dict[str, Any]:
         cfg, goal, budget = ctx(state)
-        records = observe(ws, state["campaign_id"], goal)
+        records = records_of(state, goal)
         data = build_report_data(
             campaign=cfg.campaign,
             goal=goal,
@@ -166,7 +297,10 @@ def build_graph(ws: Workspace, policy: Policy) -> StateGraph:
             stages=state["stages"],
             records=records,
             provenance=state["provenance"],
-            seed=cfg.bootstrap_seed,
+            calibration=state.get("calibration", []),
+            eval_items=eval_items_of(cfg.base_job),
+            slots=slots(),
+            model=str((cfg.base_job.get("swarm") or {}).get("model", {}).get("name", "")),
         )
         decisions = [Decision.model_validate(s["decision"]) for s in state["stages"] if s.get("decision")]
         allowed = allowed_numbers(data)

@@ -5,18 +5,30 @@ the TrainJob data a blueprint carries (`swarm.pool.batch_size`, `max_tokens`, ..
 a grid over it (log for sizes and rates, linear, or a set of named choices), a default range for goals that
 name none, and the settings it needs to mean anything (a LoRA rank needs `swarm.lora.enabled`).
 
-Choice lists come from the engine's own registries (`policy_loss_names()`, `task_names()`, built-in
-models), never from a copied list, so a loss registered tomorrow is a valid value tomorrow.
+Choice lists come from the engine's own registries and config classes (`policy_loss_names()`,
+`task_names()`, built-in models, the `Literal` of `TrainingConfig.merge`), never from a copied list, so a loss
+registered tomorrow is a valid value tomorrow. A choice is the exact value the TrainJob field holds (a string,
+or a bool for switches such as LoRA on/off), so a run's config reads back as one of the knob's values.
 """
 
 from __future__ import annotations
 
 import re
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["KNOBS", "Knob", "find_knob", "get_knob", "knob_names", "set_dotted", "get_dotted"]
+__all__ = [
+    "KNOBS",
+    "Knob",
+    "find_knob",
+    "get_knob",
+    "knob_names",
+    "phrase_pattern",
+    "set_dotted",
+    "get_dotted",
+]
 
 Scale = Literal["log", "linear", "choice"]
 
@@ -45,6 +57,21 @@ def _models() -> tuple[str, ...]:
     return tuple(BUILTINS)
 
 
+def _literal(config_class: str, field_name: str) -> Callable[[], tuple[str, ...]]:
+    """The values of a `Literal` field of an `engine.config` class, read from the class when asked."""
+
+    def read() -> tuple[str, ...]:
+        from engine import config
+
+        return typing.get_args(getattr(config, config_class).model_fields[field_name].annotation)
+
+    return read
+
+
+def _switch() -> tuple[bool, ...]:
+    return (False, True)
+
+
 @dataclass(frozen=True)
 class Knob:
     """One variable a campaign can study."""
@@ -56,21 +83,32 @@ class Knob:
     aliases: tuple[str, ...]  # lower-case phrases, underscores written as spaces
     default_range: tuple[float, float] | None = None  # used when a goal names no range
     minimum: float | None = None  # validity bound of the engine field (inclusive)
-    choices: Callable[[], tuple[str, ...]] | None = None  # valid values of a choice knob
+    choices: Callable[[], tuple[Any, ...]] | None = None  # valid values of a choice knob
     requires: dict[str, Any] = field(default_factory=dict)  # settings the knob needs (dotted key -> value)
     short: str = ""  # column label in tables and arm labels, e.g. "bs"
+    # phrases that name one choice, e.g. "full weights" -> False (LoRA off), "math" -> "arithmetic"
+    value_names: dict[str, Any] = field(default_factory=dict)
+    # whether a choice's own name alone ("gspo", "task count") identifies this knob; False where the names
+    # are everyday words ("off", "token", "text"), which then count only when the knob is named too
+    bare_choices: bool = True
+    # a value of ANOTHER knob that, compared against one of this knob's choices, stands for one of them:
+    # phrase -> (choice, the reason, said aloud as an assumption)
+    stands_for: dict[str, tuple[Any, str]] = field(default_factory=dict)
 
-    def valid_choices(self) -> tuple[str, ...]:
+    def valid_choices(self) -> tuple[Any, ...]:
         return self.choices() if self.choices else ()
+
+    def value_phrases(self, named: bool) -> list[tuple[str, Any]]:
+        """(phrase, choice) pairs naming a choice in a sentence; `named`: the knob itself is named there."""
+        pairs = list(self.value_names.items())
+        if self.bare_choices or named:
+            pairs += [(c.replace("_", " "), c) for c in self.valid_choices() if isinstance(c, str)]
+        return pairs
 
     def coerce(self, value: Any) -> Any:
         """A parsed value as this knob's type; raises ValueError with the reason."""
         if self.kind == "choice":
-            v = str(value).strip().lower().replace(" ", "_")
-            valid = self.valid_choices()
-            if self.key != "swarm.model.name" and v not in valid:
-                raise ValueError(f"{v!r} is not a valid {self.name}; valid: {', '.join(valid)}")
-            return v
+            return self._choice(value)
         x = float(value)
         if self.minimum is not None and x < self.minimum:
             raise ValueError(f"{self.name} must be >= {self.minimum:g}, got {x:g}")
@@ -80,6 +118,21 @@ class Knob:
             return int(x)
         return x
 
+    def _choice(self, value: Any) -> Any:
+        valid = self.valid_choices()
+        if isinstance(value, str):
+            phrase = " ".join(value.strip().lower().replace("_", " ").split())
+            # a choice by its own name ("ppo clip", "true") or by one of its phrases ("full weights")
+            by_phrase = {str(c).lower().replace("_", " "): c for c in valid} | self.value_names
+            value = by_phrase.get(phrase, phrase.replace(" ", "_"))
+        if value in valid:
+            return next(c for c in valid if c == value)  # the choice itself: True, not 1
+        if self.key == "swarm.model.name":  # a local model directory or .gguf file is a model too
+            return value
+        raise ValueError(f"{value!r} is not a valid {self.name}; valid: {', '.join(map(str, valid))}")
+
+
+_LORA = {"swarm.lora.enabled": True}
 
 KNOBS: tuple[Knob, ...] = (
     Knob(
@@ -145,8 +198,52 @@ KNOBS: tuple[Knob, ...] = (
         short="r",
         default_range=(2, 64),
         minimum=1,
-        aliases=("lora rank", "adapter rank"),
-        requires={"swarm.lora.enabled": True},
+        aliases=("lora rank", "adapter rank", "lora r", "rank"),
+        requires=_LORA,
+    ),
+    Knob(
+        "LoRA alpha",
+        "swarm.lora.alpha",
+        "int",
+        "log",
+        short="alpha",
+        default_range=(8, 64),
+        minimum=1,
+        aliases=("lora alpha", "adapter alpha", "lora scaling"),
+        requires=_LORA,
+    ),
+    Knob(
+        "LoRA dropout",
+        "swarm.lora.dropout",
+        "float",
+        "linear",
+        short="drop",
+        default_range=(0.0, 0.2),
+        minimum=0,
+        aliases=("lora dropout", "adapter dropout"),
+        requires=_LORA,
+    ),
+    # LoRA versus full weights: the engine trains an adapter exactly when swarm.lora.enabled is true
+    Knob(
+        "LoRA",
+        "swarm.lora.enabled",
+        "choice",
+        "choice",
+        short="lora",
+        choices=_switch,
+        aliases=("training mode", "fine tuning mode", "finetuning mode", "lora"),
+        value_names={
+            "lora": True,
+            "lora adapter": True,
+            "without lora": False,
+            "no lora": False,
+            "full weights": False,
+            "full weight": False,
+            "full fine tuning": False,
+            "full finetuning": False,
+            "full parameters": False,
+            "full parameter": False,
+        },
     ),
     Knob(
         "PPO epochs",
@@ -157,6 +254,36 @@ KNOBS: tuple[Knob, ...] = (
         default_range=(1, 4),
         minimum=1,
         aliases=("ppo epochs", "epochs per batch"),
+    ),
+    Knob(
+        "mini-batch size",
+        "swarm.training.mini_batch_size",
+        "int",
+        "log",
+        short="mb",
+        default_range=(4, 64),  # not below training.micro_batch_size (4 by default)
+        minimum=1,
+        aliases=("mini batch size", "minibatch size", "optimizer batch size", "mini batch", "minibatch"),
+    ),
+    Knob(
+        "weight decay",
+        "swarm.training.weight_decay",
+        "float",
+        "log",
+        short="wd",
+        default_range=(1e-3, 1e-1),
+        minimum=0,
+        aliases=("weight decay", "wd"),
+    ),
+    Knob(
+        "max grad norm",
+        "swarm.training.max_grad_norm",
+        "float",
+        "log",
+        short="gn",
+        default_range=(0.1, 10.0),
+        minimum=0,
+        aliases=("max grad norm", "max gradient norm", "gradient clipping", "grad norm clip", "grad clip"),
     ),
     Knob(
         "sampling temperature",
@@ -176,6 +303,14 @@ KNOBS: tuple[Knob, ...] = (
         short="loss",
         choices=_policy_losses,
         aliases=("policy loss", "loss function", "loss"),
+        value_names={"ppo": "ppo_clip"},
+        stands_for={
+            "grpo": (
+                "ppo_clip",
+                "GRPO is the grpo advantage with the token-level ppo_clip loss, and the other losses here "
+                "use the grpo advantage too, so GRPO against another loss is the ppo_clip loss",
+            )
+        },
     ),
     Knob(
         "advantage estimator",
@@ -187,6 +322,111 @@ KNOBS: tuple[Knob, ...] = (
         aliases=("advantage estimator", "advantage"),
     ),
     Knob(
+        "advantage std scaling",
+        "swarm.algorithm.scale_by_std",
+        "choice",
+        "choice",
+        short="std",
+        choices=_switch,
+        aliases=(
+            "advantage std scaling",
+            "std scaling",
+            "scale by std",
+            "std normalisation",
+            "std normalization",
+        ),
+        value_names={"dr grpo": False, "dr. grpo": False, "dr.grpo": False},
+        stands_for={
+            "grpo": (True, "GRPO divides the advantages by the group's reward std and Dr. GRPO does not")
+        },
+    ),
+    Knob(
+        "loss aggregation",
+        "swarm.algorithm.agg",
+        "choice",
+        "choice",
+        short="agg",
+        choices=_literal("AlgorithmConfig", "agg"),
+        aliases=("loss aggregation", "token aggregation", "aggregation"),
+    ),
+    Knob(
+        "lower clip ratio",
+        "swarm.algorithm.clip_low",
+        "float",
+        "linear",
+        short="clo",
+        default_range=(0.1, 0.3),
+        minimum=0,
+        aliases=("lower clip ratio", "clip ratio low", "lower clip", "clip low"),
+    ),
+    Knob(
+        "upper clip ratio",
+        "swarm.algorithm.clip_high",
+        "float",
+        "linear",
+        short="chi",
+        default_range=(0.2, 0.4),
+        minimum=0,
+        aliases=("upper clip ratio", "clip ratio high", "upper clip", "clip high", "clip higher"),
+    ),
+    Knob(
+        "KL coefficient",
+        "swarm.algorithm.kl_coef",
+        "float",
+        "log",
+        short="kl",
+        default_range=(1e-3, 1e-1),
+        minimum=0,
+        aliases=("kl coefficient", "kl coef", "kl penalty", "kl weight", "kl"),
+    ),
+    Knob(
+        "entropy coefficient",
+        "swarm.algorithm.entropy_coef",
+        "float",
+        "log",
+        short="ent",
+        default_range=(1e-4, 1e-2),
+        minimum=0,
+        aliases=("entropy coefficient", "entropy coef", "entropy bonus", "entropy weight"),
+    ),
+    Knob(
+        "merge mode",
+        "swarm.training.merge",
+        "choice",
+        "choice",
+        short="merge",
+        choices=_literal("TrainingConfig", "merge"),
+        aliases=(
+            "timeline merging mode",
+            "timeline merge mode",
+            "timeline merging",
+            "merge mode",
+            "merging mode",
+            "merging",
+            "merge",
+        ),
+        value_names={
+            "no merging": "off",
+            "without merging": "off",
+            "token merging": "token",
+            "token level merging": "token",
+            "text merging": "text",
+            "text level merging": "text",
+        },
+        bare_choices=False,
+    ),
+    Knob(
+        "pool policy",
+        "swarm.pool.policy",
+        "choice",
+        "choice",
+        short="pool",
+        choices=_literal("PoolConfig", "policy"),
+        aliases=("pool trigger policy", "pool policy", "pool trigger", "trigger policy", "batching policy"),
+        # DAPO's dynamic sampling keeps sampling until B groups have non-equal rewards
+        value_names={"dynamic sampling": "nondegenerate_task_count"},
+    ),
+    Knob(
         "model",
         "swarm.model.name",
         "choice",
@@ -194,8 +434,33 @@ KNOBS: tuple[Knob, ...] = (
         short="model",
         choices=_models,
         aliases=("base model", "model"),
+        value_names={
+            "smollm2 135m": "smollm2-135m",
+            "smollm2": "smollm2-135m",
+            "smollm": "smollm2-135m",
+            "tiny model": "tiny",
+            "model tiny": "tiny",
+        },
+        bare_choices=False,  # "tiny" is an everyday word
     ),
-    Knob("task", "task", "choice", "choice", short="task", choices=_tasks, aliases=("task",)),
+    Knob(
+        "task",
+        "task",
+        "choice",
+        "choice",
+        short="task",
+        choices=_tasks,
+        aliases=("task",),
+        value_names={
+            "math": "arithmetic",
+            "maths": "arithmetic",
+            "sums": "arithmetic",
+            "addition": "arithmetic",
+            "aime": "arithmetic",
+            "tool use": "calculator",
+            "tool using": "calculator",
+        },
+    ),
 )
 
 
@@ -214,14 +479,16 @@ def get_knob(key_or_name: str) -> Knob:
     )
 
 
+def phrase_pattern(phrase: str) -> re.Pattern[str]:
+    """A lower-case phrase as a whole-word pattern; its spaces match spaces, underscores or hyphens."""
+    return re.compile(r"(?<![\w-])" + re.escape(phrase).replace(r"\ ", r"[\s_-]+") + r"(?![\w-])")
+
+
 def _alias_patterns() -> list[tuple[re.Pattern[str], Knob]]:
     # longest alias first, so "max response length" wins over "response length" and "lora rank" over "rank"
     pairs = [(a, k) for k in KNOBS for a in k.aliases]
     pairs.sort(key=lambda p: -len(p[0]))
-    return [
-        (re.compile(r"(?<![\w-])" + re.escape(a).replace(r"\ ", r"[\s_-]+") + r"(?![\w-])"), k)
-        for a, k in pairs
-    ]
+    return [(phrase_pattern(a), k) for a, k in pairs]
 
 
 _PATTERNS = _alias_patterns()

@@ -3,8 +3,14 @@
 Every request asks for one JSON object (`response_format={"type": "json_object"}`), parsed into a
 pydantic schema and then checked against the project's rules (known variables, valid values, the run
 budget). A malformed or invalid answer is sent back with the validation error, up to `max_attempts`
-times. If the endpoint still gives nothing usable (or fails), the offline policy answers instead and the
-decision records that (`author="offline (LLM fallback: ...)"`), so a long campaign never dies of a bad reply.
+times. An endpoint that rejects `response_format` (HTTP 400, while the same request without it is
+answered) is reported once through `echo` and asked for JSON in the prompt only from then on; its answers
+are validated the same way. If the endpoint still gives nothing usable (or fails), the offline policy
+answers instead, `echo` says so, and the decision or design records it (`author="offline (LLM fallback:
+...)"`), so a long campaign never dies of a bad reply.
+
+With a failed run (`revise_failed`), the LLM sees the classified failure and the log tail and may change
+knobs for the retry; `a3r.leader.recovery.check_changes` validates the answer.
 
 The LLM chooses *what to run* and writes prose. It never supplies results: seed numbers are assigned
 here, stage designs are rebuilt from validated arm values, and the report prints only store numbers
@@ -25,13 +31,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from a3r.analysis import Evidence, fmt
 from a3r.leader.design import Arm, ResearchBudget, StageDesign, arm_label, grid
 from a3r.leader.goals import Criterion, Factor, Goal, GoalParseError
-from a3r.leader.knobs import KNOBS, get_knob
+from a3r.leader.knobs import KNOBS, get_dotted, get_knob
 from a3r.leader.policy import Decision, OfflinePolicy
+from a3r.leader.recovery import FailedRun, check_changes
 
 __all__ = ["LLMOutputError", "LLMPolicy", "load_skills"]
 
 T = TypeVar("T")
 SKILLS_DIR = Path(__file__).resolve().parents[2] / "skills"
+JSON_MODE = {"type": "json_object"}
 
 
 class LLMOutputError(ValueError):
@@ -81,6 +89,12 @@ class ProseSpec(_Strict):
     sections: dict[str, str] = Field(description='Section name ("summary", "stage-1", ...) -> one paragraph.')
 
 
+class RevisionSpec(_Strict):
+    changes: dict[str, Any] = Field(
+        description="TrainJob key of a variable -> its new value for the retry; {} when no setting is to blame."
+    )
+
+
 def load_skills(directory: Path = SKILLS_DIR) -> str:
     """Every skills/*/SKILL.md, concatenated (empty when the directory is absent, e.g. a wheel install)."""
     if not directory.is_dir():
@@ -108,6 +122,10 @@ def _json_text(text: str) -> str:
     return m.group(0)
 
 
+def _say(msg: str) -> None:
+    print(f"[a3r] {msg}", flush=True)
+
+
 def _why(e: Exception) -> str:
     if isinstance(e, KeyError):
         return str(e.args[0])
@@ -130,10 +148,16 @@ class LLMPolicy:
         max_attempts: int = 3,
         timeout_s: float = 120.0,
         skills: str | None = None,
+        echo: Callable[[str], None] = _say,
     ):
+        """`echo` reports what the caller should know (the leader's own output by default): an endpoint
+        that rejects JSON mode, and every answer the offline policy gave in the LLM's place."""
         self.model = model
         self.name = f"llm:{model}"
+        self.base_url = base_url
         self.max_attempts = max_attempts
+        self.echo = echo
+        self.json_mode = True  # until the endpoint rejects response_format
         self.client = openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=2)
         self.offline = OfflinePolicy()
         self.system = (
@@ -152,13 +176,7 @@ class LLMPolicy:
         ]
         last = "no reply"
         for _ in range(self.max_attempts):
-            resp = self.client.chat.completions.create(
-                model=self.model,
-                messages=messages,
-                response_format={"type": "json_object"},
-                temperature=0,
-            )
-            text = resp.choices[0].message.content or ""
+            text = self._complete(messages)
             try:
                 return check(schema.model_validate_json(_json_text(text)))
             except (ValidationError, ValueError, KeyError) as e:  # KeyError: an unknown variable name
@@ -173,6 +191,39 @@ class LLMPolicy:
         raise LLMOutputError(
             f"{self.name} gave no valid answer in {self.max_attempts} attempts; last error: {last}"
         )
+
+    def _complete(self, messages: list[dict[str, str]]) -> str:
+        """One reply, in JSON mode while the endpoint accepts it.
+
+        A 400 in JSON mode is asked again without `response_format`: if that is answered, the endpoint
+        rejects JSON mode (reported once, never asked for again); if not, the request itself is at fault
+        and its error propagates.
+        """
+        if not self.json_mode:
+            return self._create(messages)
+        try:
+            return self._create(messages, response_format=JSON_MODE)
+        except openai.BadRequestError as rejected:
+            text = self._create(messages)
+            self.json_mode = False
+            self.echo(
+                f"{self.name}: the endpoint {self.base_url} rejected response_format={json.dumps(JSON_MODE)} "
+                f"(HTTP {rejected.status_code}: {rejected.message}); asking for JSON in the prompt only from now "
+                "on (answers are validated as before)"
+            )
+            return text
+
+    def _create(self, messages: list[dict[str, str]], **extra: Any) -> str:
+        resp = self.client.chat.completions.create(
+            model=self.model, messages=messages, temperature=0, **extra
+        )
+        return resp.choices[0].message.content or ""
+
+    def _fallback(self, what: str, e: Exception) -> str:
+        """Report that the offline policy answers `what` instead; returns the short cause for records."""
+        cause = str(e)[:200]
+        self.echo(f"{self.name} gave no usable {what} ({cause}); the offline policy's answer is used")
+        return cause
 
     # -- Policy -------------------------------------------------------------------------------------------
     def understand(self, text: str) -> Goal:
@@ -189,6 +240,7 @@ class LLMPolicy:
                 goal = self.offline.understand(text)
             except GoalParseError as pe:
                 raise GoalParseError(f"the LLM failed ({e}) and {pe.problem}", pe.understood) from None
+            self._fallback("reading of the goal", e)
             return goal.model_copy(
                 update={"assumptions": [*goal.assumptions, f"read by the offline parser: {e}"]}
             )
@@ -225,8 +277,9 @@ class LLMPolicy:
         )
         try:
             return self.ask(prompt, StageSpec, lambda spec: self._design(goal, budget, [], spec))
-        except (LLMOutputError, openai.APIError):
-            return reference
+        except (LLMOutputError, openai.APIError) as e:
+            cause = self._fallback("design of stage 1", e)
+            return reference.model_copy(update={"author": f"offline (LLM fallback: {cause})"})
 
     def decide(
         self, goal: Goal, budget: ResearchBudget, stages: list[StageDesign], evidence: Evidence
@@ -251,7 +304,8 @@ class LLMPolicy:
         try:
             return self.ask(prompt, StageSpec, check)
         except (LLMOutputError, openai.APIError) as e:
-            return reference.model_copy(update={"author": f"offline (LLM fallback: {str(e)[:200]})"})
+            cause = self._fallback("decision", e)
+            return reference.model_copy(update={"author": f"offline (LLM fallback: {cause})"})
 
     def narrate(self, goal: Goal, evidence: Evidence, decisions: list[Decision]) -> dict[str, str]:
         prompt = (
@@ -262,10 +316,48 @@ class LLMPolicy:
         )
         try:
             return self.ask(prompt, ProseSpec, lambda spec: spec.sections)
-        except (LLMOutputError, openai.APIError):
+        except (LLMOutputError, openai.APIError) as e:
+            self._fallback("report prose", e)
             return {}
 
+    def revise_failed(self, goal: Goal, run: FailedRun) -> dict[str, Any] | None:
+        try:
+            changes = self.ask(
+                self._failure_prompt(goal, run),
+                RevisionSpec,
+                lambda spec: check_changes(goal, run, spec.changes),
+            )
+        except (LLMOutputError, openai.APIError) as e:
+            self._fallback(f"revision of failed run {run.name}", e)
+            return None
+        return changes or None
+
     # -- helpers ------------------------------------------------------------------------------------------
+    @staticmethod
+    def _failure_prompt(goal: Goal, run: FailedRun) -> str:
+        studied = [goal.factor.key] + ([goal.secondary.key] if goal.secondary is not None else [])
+        values = ", ".join(
+            f"{k.key}={v!r}" for k in KNOBS if (v := get_dotted(run.config, k.key)) is not None
+        )
+        return "\n".join(
+            [
+                f"Goal: {goal.describe()}",
+                f"Run {run.name} (arm {run.arm}, seed {run.seed}) failed on attempt {run.attempt}; the "
+                "scheduler will not retry it.",
+                f"Failure kind (classified from the exit status and the log): {run.failure_kind.value}",
+                f"Reason: {run.reason}",
+                f"Scheduler: {run.scheduler_note}",
+                f"Rule fix the scheduler suggests: {run.suggested_fix or 'none applies'}",
+                f"Fixes already tried: {'; '.join(run.fixes_tried) or 'none'}",
+                f"Its variables: {values}",
+                f"Never change the studied variables ({', '.join(studied)}): they define the arm.",
+                f"Log tail:\n{run.log_tail}",
+                "If new values of some variables (TrainJob keys above) remove the cause, give them; if no "
+                "setting is to blame (a bug, a broken host), give no changes.",
+                f"Answer with this JSON schema: {json.dumps(RevisionSpec.model_json_schema())}",
+            ]
+        )
+
     def _context(self, goal, budget, stages, evidence, reference: StageDesign | None) -> str:
         used = sum(s.n_runs for s in stages)
         parts = [

@@ -41,6 +41,7 @@ class RunRecord:
     blueprint_hash: str
     message: str
     attempts: tuple[AttemptRecord, ...] = field(default_factory=tuple)
+    budget_steps: int = 0  # the run's swarm.training.max_steps
     steps_done: int = 0
     episodes: int = 0  # steps_done x batch size x group size
 
@@ -53,8 +54,11 @@ def _hash(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def observe(ws: Workspace, campaign_id: int, goal: Goal) -> list[RunRecord]:
-    """Every run of the campaign, by id, with its curve of `goal.metric` and its attempt history."""
+def observe(
+    ws: Workspace, campaign_id: int, goal: Goal, calibration_stages: frozenset[int] = frozenset()
+) -> list[RunRecord]:
+    """Every run of the campaign, by id, with its curve of `goal.metric` and its attempt history.
+    Runs of the stages in `calibration_stages` (1-based indices) are marked as calibration runs."""
     stages = {s.id: s for s in ws.store.stages(campaign_id)}
     out = []
     for run in ws.runs(campaign_id=campaign_id):
@@ -79,12 +83,13 @@ def observe(ws: Workspace, campaign_id: int, goal: Goal) -> list[RunRecord]:
             for a in atts
         )
         series = tuple(ws.metric_series(run.id, goal.metric))
-        steps = max((s for s, _v in series), default=0)
+        steps = max(ws.store.latest_steps([run.id]).get(run.id, 0), max((s for s, _v in series), default=0))
         pool = cfg.get("swarm", {}).get("pool", {})
         last = records[-1] if records else None
+        stage_index = stages[run.stage_id].index + 1
         obs = RunObs(
             run_id=run.id,
-            stage=stages[run.stage_id].index + 1,
+            stage=stage_index,
             seed=run.seed,
             x=x,
             level=level,
@@ -94,6 +99,7 @@ def observe(ws: Workspace, campaign_id: int, goal: Goal) -> list[RunRecord]:
             host=last.host if last else None,
             config_hash=last.config_hash if last else None,
             attempts=len(records),
+            calibration=stage_index in calibration_stages,
         )
         out.append(
             RunRecord(
@@ -103,6 +109,7 @@ def observe(ws: Workspace, campaign_id: int, goal: Goal) -> list[RunRecord]:
                 blueprint_hash=bp.content_hash()[:12],
                 message=run.message,
                 attempts=records,
+                budget_steps=int(get_dotted(cfg, "swarm.training.max_steps", 0) or 0),
                 steps_done=steps,
                 episodes=steps * int(pool.get("batch_size", 0)) * int(pool.get("group_size", 0)),
             )

@@ -11,13 +11,16 @@ the report prints only those numbers: a policy chooses what to run and writes pr
 from __future__ import annotations
 
 import os
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from a3r.analysis import Evidence
 from a3r.leader.design import ResearchBudget, StageDesign, first_stage, next_stage
 from a3r.leader.goals import Goal, parse_goal
+
+if TYPE_CHECKING:
+    from a3r.leader.recovery import FailedRun
 
 __all__ = ["Decision", "OfflinePolicy", "Policy", "make_policy"]
 
@@ -58,6 +61,11 @@ class Policy(Protocol):
         """Optional prose for the report, by section ("summary", "stage-1", ...). Never the numbers."""
         ...
 
+    def revise_failed(self, goal: Goal, run: FailedRun) -> dict[str, Any] | None:
+        """New knob values (knob key -> value) for a retry of a run the scheduler gave up on, or None to
+        leave it failed. `a3r.leader.recovery` checks the answer and re-queues the run."""
+        ...
+
 
 class OfflinePolicy:
     """Deterministic: the regex goal parser, `a3r.leader.design` and the analysis verdicts."""
@@ -70,8 +78,8 @@ class OfflinePolicy:
     def plan_stage(
         self, goal: Goal, budget: ResearchBudget, stages: list[StageDesign], evidence: Evidence | None
     ) -> StageDesign | None:
-        if not stages:
-            return first_stage(goal, budget)
+        if all(s.kind == "calibration" for s in stages):
+            return first_stage(goal, budget, prior=stages)
         if evidence is None:
             raise ValueError("planning a later stage needs the evidence of the earlier ones")
         return next_stage(goal, budget, stages, evidence)
@@ -86,6 +94,9 @@ class OfflinePolicy:
 
     def narrate(self, goal: Goal, evidence: Evidence, decisions: list[Decision]) -> dict[str, str]:
         return {}
+
+    def revise_failed(self, goal: Goal, run: FailedRun) -> dict[str, Any] | None:
+        return None  # the scheduler's rule fixes (a3r.fixes) are all the offline policy knows
 
 
 def finish_reason(budget: ResearchBudget, stages: list[StageDesign], evidence: Evidence) -> str:

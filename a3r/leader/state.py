@@ -37,7 +37,10 @@ class LeaderConfig(BaseModel):
     poll_s: float | None = Field(
         None, gt=0, description="How often a parked leader checks its runs; default the scheduler tick."
     )
-    bootstrap_seed: int = Field(0, description="Seed of every bootstrap interval (reports are reproducible).")
+    bootstrap_seed: int = Field(
+        0,
+        description="Kept for stored campaigns; the analysis is deterministic (t intervals) and ignores it.",
+    )
 
 
 class StageRecord(TypedDict, total=False):
@@ -49,6 +52,7 @@ class StageRecord(TypedDict, total=False):
     rung_done: bool  # the early-stop check ran (or the stage has none)
     dropped: dict[str, str]  # arm label -> why it was stopped early
     verdict: str  # evidence text after this stage (built from store numbers)
+    eta_s: float | None  # wall seconds estimated when the stage was planned (None: no measured cost yet)
     decision: dict[str, Any]  # Decision (action, reason, author)
 
 
@@ -58,7 +62,12 @@ class LeaderState(TypedDict, total=False):
     goal: dict[str, Any]  # Goal
     provenance: dict[str, Any]
     stages: list[StageRecord]
-    pending: dict[str, Any] | None  # {"design": ..., "blueprints": [...]} planned, not yet dispatched
+    pending: (
+        dict[str, Any] | None
+    )  # {"design": ..., "blueprints": [...], "eta_s": ...} planned, not yet dispatched
+    calibration: list[dict[str, Any]]  # Calibration per pilot stage
+    budget: dict[str, Any]  # ResearchBudget as sized by the calibration
+    started_at: float  # when the campaign planned its first stage (the wall budget counts from here)
     waiting: bool  # the wait node found unfinished runs
     report: dict[str, Any]  # paths of the written report
     status: str  # planning | running | done

@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from a3r.analysis import dominated_arms, fmt, summarise_arms
+from a3r.analysis import Question, dominated_arms, fmt, summarise_arms
 from a3r.api import Workspace
 from a3r.leader.goals import Goal
 from a3r.leader.observe import observe
@@ -50,13 +50,14 @@ def ensure_monitor(ws: Workspace) -> None:
 
 
 def rung_ready(ws: Workspace, arms: dict[str, list[int]], rung_step: int) -> bool:
-    """Every arm has min(2, its runs) runs that succeeded or logged step `rung_step`."""
+    """Every arm has min(3, its runs) runs that succeeded or logged step `rung_step` (fewer than 3 seeds
+    give a t interval too wide to stop anything)."""
     ids = [r for rids in arms.values() for r in rids]
     steps = ws.store.latest_steps(ids)
     states = ws.poll_runs(ids).states
     for rids in arms.values():
         reached = sum(1 for r in rids if states[r] == RunState.SUCCEEDED or steps.get(r, 0) >= rung_step)
-        if reached < min(2, len(rids)):
+        if reached < min(3, len(rids)):
             return False
     return True
 
@@ -70,9 +71,10 @@ def should_wake(ws: Workspace, payload: dict[str, Any]) -> bool:
 
 
 def early_drop(
-    ws: Workspace, campaign_id: int, goal: Goal, stage: dict[str, Any], seed: int
+    ws: Workspace, campaign_id: int, goal: Goal, stage: dict[str, Any], question: Question
 ) -> dict[str, str]:
-    """Cancel the unfinished runs of arms dominated on their curves up to the rung; returns label -> why."""
+    """Cancel the unfinished runs of arms dominated on their curves up to the rung; returns label -> why.
+    The intervals are the question's own, at its per-look level (a rung is one of the planned looks)."""
     rung = stage["design"]["rung_step"]
     recs = [r for r in observe(ws, campaign_id, goal) if r.obs.stage == stage["index"]]
     partial = [
@@ -80,7 +82,7 @@ def early_drop(
         for r in recs
         if r.obs.state == RunState.SUCCEEDED or r.steps_done >= rung
     ]
-    arms = summarise_arms(partial, goal.statistic, seed=seed)
+    arms = summarise_arms(partial, question)
     dropped: dict[str, str] = {}
     for level in {a.level for a in arms}:
         same = [a for a in arms if a.level == level]

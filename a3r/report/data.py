@@ -23,6 +23,7 @@ __all__ = [
     "StageView",
     "allowed_numbers",
     "build_report_data",
+    "eval_items_of",
     "question_of",
     "vet_prose",
 ]
@@ -30,8 +31,16 @@ __all__ = [
 _NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?%?(?![\w])")
 
 
-def question_of(goal: Goal) -> Question:
-    """The analysis view of a goal."""
+def eval_items_of(base_job: dict[str, Any]) -> int | None:
+    """Held-out items per evaluation in the campaign's base job (None when it does not evaluate)."""
+    n = base_job.get("eval_size")
+    return int(n) if isinstance(n, int) and n > 0 else None
+
+
+def question_of(goal: Goal, budget: ResearchBudget | None = None, eval_items: int | None = None) -> Question:
+    """The analysis view of a goal: its shape, score and criterion, and the budget's error spending
+    (looks, seeds before a label). `eval_items` sets the binomial noise floor of held-out accuracy."""
+    b = budget or ResearchBudget()
     return Question(
         shape=goal.shape,
         name=goal.factor.name,
@@ -40,6 +49,10 @@ def question_of(goal: Goal) -> Question:
         criterion_kind=goal.criterion.kind,
         criterion_value=goal.criterion.value,
         secondary_name=goal.secondary.name if goal.secondary else None,
+        alpha=b.alpha,
+        looks=b.looks,
+        min_seeds=b.min_seeds,
+        eval_items=eval_items if goal.metric == "eval_accuracy" else None,
     )
 
 
@@ -55,6 +68,10 @@ class ArmRow:
     status: str  # pass/fail/uncertain (threshold shapes), best/tied/dominated, or ""
     run_ids: list[int]
     scores: list[float]
+    gain: float = 0.0  # mean gain over the untrained level
+    gain_lo: float | None = None
+    gain_hi: float | None = None
+    trained: bool = False
 
 
 @dataclass
@@ -81,6 +98,8 @@ class StageView:
     index: int
     design: StageDesign
     run_ids: list[int]
+    eta_s: float | None  # estimated wall seconds when the stage was planned
+    actual_s: float  # wall seconds its runs took (slot time / slots)
     arms: list[ArmRow]  # pooled evidence as of this stage, for the arms this stage ran
     verdict: str
     decision: dict[str, Any]  # Decision as data (action, reason, author)
@@ -102,6 +121,8 @@ class ReportData:
     cancelled: list[RunRow]
     compute: dict[str, Any]
     provenance: dict[str, Any]
+    calibration: list[dict[str, Any]] = field(default_factory=list)  # Calibration as data, per pilot
+    model: str = ""
     prose: dict[str, str] = field(default_factory=dict)
     figures: dict[str, str] = field(default_factory=dict)  # role -> file name
 
@@ -112,13 +133,13 @@ def _status(ev: Evidence, label: str, level: Any) -> str:
             continue
         if le.threshold is not None:
             return le.threshold.status.get(label, "")
-        if le.best is not None:
+        if le.best is not None and le.best.best is not None:
             if le.best.best.label == label:
                 return "best"
             if any(a.label == label for a in le.best.tied):
-                return "tied"
+                return "not separated"
             if any(a.label == label for a in le.best.dominated):
-                return "dominated"
+                return "worse"
         if le.compare is not None and le.compare.winner is not None:
             return "better" if le.compare.winner.label == label else "worse"
     return ""
@@ -131,6 +152,7 @@ def _arm_rows(ev: Evidence, labels: set[str] | None = None) -> list[ArmRow]:
             if labels is not None and a.label not in labels:
                 continue
             iv = a.interval.as_dict()
+            giv = a.gain_interval.as_dict() if a.gain_interval is not None else {}
             rows.append(
                 ArmRow(
                     label=a.label,
@@ -143,6 +165,10 @@ def _arm_rows(ev: Evidence, labels: set[str] | None = None) -> list[ArmRow]:
                     status=_status(ev, a.label, a.level),
                     run_ids=list(a.run_ids),
                     scores=list(a.scores),
+                    gain=giv.get("mean", 0.0),
+                    gain_lo=giv.get("lo"),
+                    gain_hi=giv.get("hi"),
+                    trained=a.trained,
                 )
             )
     return rows
@@ -179,28 +205,35 @@ def build_report_data(
     stages: list[dict[str, Any]],
     records: list[RunRecord],
     provenance: dict[str, Any],
-    seed: int = 0,
+    calibration: list[dict[str, Any]] | None = None,
+    eval_items: int | None = None,
+    slots: int = 1,
+    model: str = "",
 ) -> ReportData:
-    """Assemble the report from the leader's stage records (design, decision) and the store's runs."""
-    q = question_of(goal)
+    """Assemble the report from the leader's stage records (design, decision) and the store's runs.
+    Evidence pools the runs at each stage's step count (a re-pilot with more steps supersedes the first)."""
+    q = question_of(goal, budget, eval_items)
     views = []
     for st in stages:
         design = StageDesign.model_validate(st["design"])
-        so_far = [r.obs for r in records if r.obs.stage <= design.index]
-        ev_k = analyse(q, so_far, seed=seed)
+        so_far = [r.obs for r in records if r.obs.stage <= design.index and r.budget_steps == design.steps]
+        ev_k = analyse(q, so_far)
         labels = {r.obs.label for r in records if r.obs.stage == design.index}
         views.append(
             StageView(
                 index=design.index,
                 design=design,
                 run_ids=list(st.get("run_ids", [])),
+                eta_s=st.get("eta_s"),
+                actual_s=sum(r.wall_s for r in records if r.obs.stage == design.index) / max(1, slots),
                 arms=_arm_rows(ev_k, labels),
                 verdict=ev_k.answer,
                 decision=st.get("decision") or {},
                 dropped=dict(st.get("dropped") or {}),
             )
         )
-    ev = analyse(q, [r.obs for r in records], seed=seed)
+    final_steps = StageDesign.model_validate(stages[-1]["design"]).steps if stages else budget.steps
+    ev = analyse(q, [r.obs for r in records if r.budget_steps == final_steps])
     runs = [_run_row(r) for r in records]
     failures = []
     for r in records:
@@ -244,6 +277,8 @@ def build_report_data(
         cancelled=[row for row in runs if row.state == "cancelled"],
         compute=compute,
         provenance=provenance,
+        calibration=list(calibration or []),
+        model=model,
     )
     allowed = allowed_numbers(data)
     for v in data.stages:  # what an LLM wrote is prose: its numbers must be the report's own
@@ -283,6 +318,15 @@ def allowed_numbers(data: ReportData) -> set[str]:
             fmt(row.hi) if row.hi is not None else "",
             str(row.n),
         }
+    for c in data.calibration:
+        nums |= {
+            fmt(c.get(k))
+            for k in ("untrained", "gain", "gain_lo", "gain_hi", "sigma", "effect")
+            if c.get(k) is not None
+        }
+    if data.evidence.untrained is not None:
+        u = data.evidence.untrained
+        nums |= {fmt(u.mean), fmt(u.lo), fmt(u.hi)}
     for v in data.stages:
         nums |= {str(v.index), str(v.design.steps), str(v.design.n_runs), str(len(v.design.arms))}
         nums |= {fmt(a.x) for a in v.design.arms} | {

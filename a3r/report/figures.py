@@ -2,7 +2,7 @@
 
 - `learning_curves`: the metric per step for each arm of a stage; thin lines are seeds, the thick line
   their mean over the steps all seeds logged; one panel per level of the secondary variable.
-- `score_vs_variable`: each arm's score against the studied variable with its bootstrap interval as an
+- `score_vs_variable`: each arm's score against the studied variable with its t interval as an
   error bar (none for single-seed arms), one series per secondary level, the criterion as a dashed line
   for threshold questions. Log x axis for variables searched on a log scale.
 """
@@ -77,7 +77,8 @@ def learning_curves(obs: Sequence[RunObs], goal: Goal, title: str) -> bytes:
 
 
 def score_vs_variable(ev: Evidence, goal: Goal) -> bytes:
-    """Arm scores with bootstrap intervals against the studied variable."""
+    """Arm scores with their t intervals against the studied variable, the untrained level and the
+    criterion (a relative criterion is a gain, drawn on the score scale above the untrained level)."""
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     knob = goal.factor.knob
     categorical = knob.kind == "choice"
@@ -104,14 +105,19 @@ def score_vs_variable(ev: Evidence, goal: Goal) -> bytes:
             label=name,
         )
         if le.threshold is not None:
+            th = le.threshold
+            level = th.criterion.mean if goal.criterion.kind == "absolute" else th.floor + th.criterion.mean
             ax.axhline(
-                le.threshold.criterion,
+                level,
                 color=line[0].get_color(),
                 linestyle="--",
                 linewidth=1,
-                label=f"criterion {fmt(le.threshold.criterion)}"
-                + (f" ({fmt(le.level)})" if le.level is not None else ""),
+                label=f"criterion {fmt(level)}" + (f" ({fmt(le.level)})" if le.level is not None else ""),
             )
+    if ev.untrained is not None:
+        if ev.untrained.defined:
+            ax.axhspan(ev.untrained.lo, ev.untrained.hi, color="grey", alpha=0.15)
+        ax.axhline(ev.untrained.mean, color="grey", linewidth=1, label=f"untrained {fmt(ev.untrained.mean)}")
     if categorical:
         ax.set_xticks(range(len(cats)), [str(c) for c in cats])
     elif knob.scale == "log":
@@ -120,7 +126,7 @@ def score_vs_variable(ev: Evidence, goal: Goal) -> bytes:
         if knob.kind == "int":
             ax.set_xticks(ticks, [fmt(t) for t in ticks])
     ax.set_xlabel(goal.factor.name)
-    ax.set_ylabel(f"{goal.statistic} {goal.metric} (mean, 95% bootstrap CI)")
+    ax.set_ylabel(f"{goal.statistic} {goal.metric} (mean, {100 * ev.question.level:.4g}% t CI)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="best")
     return _png(fig)

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -32,6 +34,12 @@ def _ci(a: ArmRow) -> str:
     return f"[{fmt(a.lo)}, {fmt(a.hi)}]" if a.lo is not None and a.hi is not None else f"n/a ({a.n} seed)"
 
 
+def _gci(a: ArmRow) -> str:
+    return (
+        f"[{fmt(a.gain_lo)}, {fmt(a.gain_hi)}]" if a.gain_lo is not None and a.gain_hi is not None else "n/a"
+    )
+
+
 def _env(autoescape: bool) -> Environment:
     env = Environment(
         loader=PackageLoader("a3r.report", "templates"),
@@ -43,6 +51,7 @@ def _env(autoescape: bool) -> Environment:
     env.filters["num"] = _num
     env.filters["cell"] = _cell
     env.globals["ci"] = _ci
+    env.globals["gci"] = _gci
     return env
 
 
@@ -51,7 +60,8 @@ _MD, _HTML = _env(False), _env(True)
 
 def render_report(data: ReportData, images: dict[str, str]) -> tuple[str, str]:
     """(markdown, html) text; `images` maps figure file name -> base64 PNG for the HTML."""
-    ctx = {"d": data, "images": images, "label": lambda a: arm_label(data.goal, a.x, a.level)}
+    level = f"{100 * data.evidence.question.level:.4g}%"
+    ctx = {"d": data, "images": images, "level": level, "label": lambda a: arm_label(data.goal, a.x, a.level)}
     return _MD.get_template("report.md.j2").render(ctx), _HTML.get_template("report.html.j2").render(ctx)
 
 
@@ -79,4 +89,50 @@ def write_report(data: ReportData, records: list[RunRecord], out_dir: str | Path
     md, html = render_report(data, {k: base64.b64encode(v).decode() for k, v in pngs.items()})
     _write(out / "report.md", md.encode())
     _write(out / "report.html", html.encode())
-    return {"markdown": str(out / "report.md"), "html": str(out / "report.html"), "figures": sorted(pngs)}
+    _write(out / "report.json", json.dumps(report_summary(data), indent=2, default=str).encode())
+    return {
+        "markdown": str(out / "report.md"),
+        "html": str(out / "report.html"),
+        "json": str(out / "report.json"),
+        "figures": sorted(pngs),
+    }
+
+
+def report_summary(data: ReportData) -> dict[str, Any]:
+    """The answer as data for other tools (benchmarks compare it with a direct sweep): the verdict, whether
+    it is conclusive, the answer value per level, the untrained level and every arm's numbers."""
+    ev = data.evidence
+    levels = []
+    for le in ev.levels:
+        answer = None
+        if le.threshold is not None and le.threshold.answer is not None:
+            answer = le.threshold.answer.x
+        elif le.compare is not None and le.compare.winner is not None:
+            answer = le.compare.winner.x
+        elif le.best is not None and le.best.best is not None:
+            answer = le.best.best.x
+        levels.append(
+            {"level": le.level, "answer": answer, "conclusive": le.conclusive, "verdict": le.verdict}
+        )
+    return {
+        "campaign": data.campaign,
+        "goal": data.goal.text,
+        "shape": data.goal.shape,
+        "answer": ev.answer,
+        "conclusive": ev.conclusive,
+        "nothing_trains": ev.nothing_trains,
+        "untrained": ev.untrained.as_dict() if ev.untrained else None,
+        "levels": levels,
+        "arms": [dataclasses.asdict(a) for a in data.final_arms],
+        "calibration": data.calibration,
+        "stages": [
+            {
+                "index": v.index,
+                "kind": v.design.kind,
+                "runs": v.design.n_runs,
+                "eta_s": v.eta_s,
+                "actual_s": v.actual_s,
+            }
+            for v in data.stages
+        ],
+    }

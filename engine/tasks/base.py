@@ -45,7 +45,9 @@ def last_integer(text: str | None) -> int | None:
 HELD_OUT_SEED = 10_000
 
 
-def split_items(task: Task, n_train: int, n_eval: int, seed: int, eval_seed: int = HELD_OUT_SEED) -> tuple[list[Item], list[Item]]:
+def split_items(
+    task: Task, n_train: int, n_eval: int, seed: int, eval_seed: int = HELD_OUT_SEED
+) -> tuple[list[Item], list[Item]]:
     """(training items, held-out items): `n_eval` distinct held-out items drawn from `eval_seed`, and the
     first `n_train` items of the `seed` stream that are not among them.
 
@@ -60,7 +62,9 @@ def split_items(task: Task, n_train: int, n_eval: int, seed: int, eval_seed: int
             if len(held) == n_eval:
                 break
         if m > 64 * n_eval + 1024:
-            raise ConfigError(f"task {task.name!r} has fewer than {n_eval} distinct problems for a held-out set")
+            raise ConfigError(
+                f"task {task.name!r} has fewer than {n_eval} distinct problems for a held-out set"
+            )
         m *= 2
     m = max(n_train, 1)
     while True:
@@ -68,7 +72,9 @@ def split_items(task: Task, n_train: int, n_eval: int, seed: int, eval_seed: int
         if len(train) == n_train:
             return train, list(held.values())
         if m > 64 * n_train + 1024:
-            raise ConfigError(f"task {task.name!r} cannot supply {n_train} training problems outside its held-out set")
+            raise ConfigError(
+                f"task {task.name!r} cannot supply {n_train} training problems outside its held-out set"
+            )
         m *= 2
 
 

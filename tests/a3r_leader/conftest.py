@@ -27,8 +27,10 @@ def record_attempt(
     *,
     outcome: str = "succeeded",
     retry: bool = False,
+    metric: str = "eval_accuracy",
 ) -> None:
-    """One attempt of `run_id` on local/0 that logged `curve` and ended `outcome` (succeeded or failed).
+    """One attempt of `run_id` on local/0 that logged `curve` (points of `metric`) and ended `outcome`
+    (succeeded or failed).
 
     A failed attempt is settled as a retry (run back to pending) when `retry`, else as a final failure.
     """
@@ -40,7 +42,7 @@ def record_attempt(
     assert att is not None, "slot busy or run not pending"
     ws.store.mark_running(att.id)
     ws.store.ingest_metrics(
-        att.id, [(s, "reward_mean", v) for s, v in curve], expected_offset=0, new_offset=1
+        att.id, [(s, metric, v) for s, v in curve], expected_offset=0, new_offset=1
     )
     if outcome == "succeeded":
         ws.store.finish_attempt(att.id, "succeeded", exit_code=0)

@@ -1,4 +1,10 @@
-"""Curve scores, bootstrap intervals and the per-shape decision rules, checked against hand-computed values."""
+"""The analysis: hand-computed intervals, the per-shape rules, and simulated campaigns with known truth.
+
+The simulations run the real `analyse` on synthetic held-out scores (normal seed noise around known arm
+gains, quantised to a 64-item evaluation) thousands of times and check the error rates the leader
+promises: under ties at most 5% wrong "best"/"smallest" answers, the right answer in at least 80% of
+campaigns when a true effect of the calibrated size exists, and no winner when nothing trains.
+"""
 
 from __future__ import annotations
 
@@ -6,202 +12,221 @@ import math
 
 import numpy as np
 import pytest
+from scipy import stats as st
 
 from a3r.analysis import (
-    ArmStats,
     Question,
     RunObs,
     analyse,
-    best_arm,
-    bootstrap_ci,
-    compare_arms,
-    diff_ci,
-    dominated_arms,
-    effect_of,
-    score_curve,
-    summarise_arms,
-    threshold,
+    look_level,
+    seeds_for_best,
+    seeds_for_effect,
+    t_interval,
+    welch_interval,
 )
-from a3r.analysis.stats import Interval
+from a3r.analysis.stats import binomial_sd, welch_power
+
+M = 64  # held-out items per evaluation
+P0 = 0.25  # untrained level
 
 
-# -- intervals ------------------------------------------------------------------------------------------
-def test_one_seed_gives_no_interval_and_overlaps_everything():
-    iv = bootstrap_ci([0.3])
-    assert (iv.mean, iv.lo, iv.hi, iv.n) == (0.3, -math.inf, math.inf, 1)
-    assert iv.overlaps(Interval(5.0, 4.9, 5.1, 3)) and not iv.defined
-    assert iv.as_dict()["lo"] is None  # JSON-safe
-
-
-def test_constant_scores_give_a_zero_width_interval():
-    iv = bootstrap_ci([0.5, 0.5, 0.5])
-    assert (iv.lo, iv.hi) == (0.5, 0.5)
-
-
-def test_two_values_hand_computed():
-    # resampled means of [0, 1] are 0, 0.5, 1 with probability 1/4, 1/2, 1/4: both 2.5% tails are the endpoints
-    iv = bootstrap_ci([0.0, 1.0], seed=3)
-    assert (iv.lo, iv.mean, iv.hi) == (0.0, 0.5, 1.0)
-
-
-def test_bootstrap_is_seeded_and_close_to_the_normal_interval():
-    x = np.random.default_rng(7).normal(1.0, 2.0, size=400)
-    a, b = bootstrap_ci(x, seed=1), bootstrap_ci(x, seed=1)
-    assert a == b
-    half = 1.96 * x.std(ddof=1) / math.sqrt(len(x))  # ~0.196
-    assert a.lo == pytest.approx(x.mean() - half, abs=0.03) and a.hi == pytest.approx(
-        x.mean() + half, abs=0.03
+# -- intervals by hand ----------------------------------------------------------------------------------
+def test_t_interval_matches_the_textbook_formula():
+    iv = t_interval([1.0, 2.0, 3.0])
+    half = 4.302652729911275 / math.sqrt(3)  # t(0.975, 2) * sd 1 / sqrt(3)
+    assert (iv.mean, iv.lo, iv.hi) == pytest.approx((2.0, 2.0 - half, 2.0 + half))
+    assert not t_interval([0.5]).defined  # one seed: no interval at all
+    assert not t_interval([0.3, 0.3]).defined  # identical scores and no known noise: no false certainty
+    floored = t_interval([0.3, 0.3, 0.3], floor_sd=1 / 64)
+    assert floored.defined and floored.hi - floored.lo == pytest.approx(
+        2 * 4.302652729911275 / 64 / math.sqrt(3)
     )
 
 
-def test_diff_interval():
-    d = diff_ci([1.0, 1.0, 1.0], [0.0, 0.0])
-    assert (d.mean, d.lo, d.hi) == (1.0, 1.0, 1.0)
-    assert not diff_ci([1.0], [0.0, 0.0]).defined
-    with pytest.raises(ValueError, match="finite"):
-        bootstrap_ci([0.1, float("nan")])
+def test_two_seeds_give_the_wide_interval_they_deserve():
+    """The committed example's 'fail' arm: scores 0.116 and 0.161. A percentile bootstrap said
+    [0.116, 0.161]; the t interval with 1 degree of freedom is about [-0.15, 0.42]."""
+    iv = t_interval([0.116, 0.161])
+    assert iv.lo == pytest.approx(-0.147, abs=0.005) and iv.hi == pytest.approx(0.424, abs=0.005)
 
 
-# -- curves ---------------------------------------------------------------------------------------------
-def test_curve_scores_hand_computed():
-    s = score_curve([(4, 1.0), (1, 0.0), (2, 1.0), (3, 1.0)])  # order does not matter
-    # k = round(0.25 * 4) = 1; trapezoids 0.5 + 1 + 1 = 2.5 over a span of 3 steps
-    assert (s.initial, s.final, s.n_points, s.first_step, s.last_step) == (0.0, 1.0, 4, 1, 4)
-    assert s.auc == pytest.approx(2.5 / 3)
-    assert not s.diverged
+def test_welch_interval_agrees_with_scipy():
+    a, b = [0.41, 0.47, 0.39, 0.52], [0.30, 0.36, 0.28]
+    iv = welch_interval(a, b)
+    ref = st.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
+    assert (iv.lo, iv.hi) == pytest.approx((ref.low, ref.high))
+    half = welch_interval(a, b, scale_b=0.5)  # a - 0.5 b: "keeps half of the reference"
+    assert half.mean == pytest.approx(np.mean(a) - 0.5 * np.mean(b))
 
 
-def test_nan_steps_are_dropped_and_flagged():
-    s = score_curve([(1, 0.2), (2, None), (3, 0.4)])
-    assert s.diverged and s.auc == pytest.approx(0.3) and s.final == 0.4
-    assert score_curve([(1, None)]) is None and score_curve([]) is None
-    assert score_curve([(5, 0.7)]).auc == 0.7
+def test_level_spends_alpha_over_looks_and_comparisons():
+    assert look_level(0.05, 1) == pytest.approx(0.95)
+    assert look_level(0.05, 2) == pytest.approx(0.975)
+    assert look_level(0.05, 2, 3) == pytest.approx(1 - 0.05 / 6)
+    with pytest.raises(ValueError):
+        look_level(0.05, 0)
 
 
-def test_tail_fraction_averages_the_last_steps():
-    s = score_curve([(i, float(i)) for i in range(1, 9)], tail_fraction=0.25)  # k = 2
-    assert (s.initial, s.final) == (1.5, 7.5)
+def test_seed_count_reaches_the_power_it_promises():
+    n = seeds_for_effect(0.05, 0.1)
+    assert welch_power(0.05, 0.1, n) >= 0.8 > welch_power(0.05, 0.1, n - 1)
+    assert n >= math.ceil(15.7 * 0.05**2 / 0.1**2)  # never fewer than the normal-theory rule
+    assert binomial_sd(0.0, 64) == pytest.approx(math.sqrt((1 / 64) * (63 / 64) / 64))
 
 
-# -- arms -----------------------------------------------------------------------------------------------
-def arm(x, scores, level=None, initial=0.0, label=None):
-    iv = bootstrap_ci(scores, seed=0)
-    return ArmStats(label or f"x={x}", x, level, iv, tuple(scores), tuple(range(len(scores))), initial)
+# -- per-shape rules on small hand-made data ------------------------------------------------------------
+def runs(arm_gains: dict, *, p0: float = P0, seeds: int = 3, start: int = 0) -> list[RunObs]:
+    """Runs whose step-0 score is p0 and whose final score is p0 + the listed gain (one per seed)."""
+    out = []
+    for x, gains in arm_gains.items():
+        for s, g in enumerate(gains if isinstance(gains, list) else [gains] * seeds):
+            rid = start + len(out) + 1
+            out.append(RunObs(rid, 1, s, x, None, f"bs={x}", "succeeded", ((0, p0), (6, p0 + g))))
+    return out
 
 
-def flat(run_id, x, value, *, level=None, state="succeeded", seed=0, start=0.0):
-    series = ((1, start), (2, value), (3, value), (4, value))
-    return RunObs(
-        run_id, 1, seed, x, level, f"x={x}" + (f",l={level}" if level is not None else ""), state, series
-    )
+def q(shape: str, **kw) -> Question:
+    return Question(shape=shape, name="batch size", eval_items=M, **kw)
 
 
-def test_summarise_groups_by_level_and_value_and_skips_failed_runs():
-    obs = [flat(1, 4, 0.5), flat(2, 4, 0.7, seed=1), flat(3, 4, 0.0, state="failed", seed=2), flat(4, 8, 0.9)]
-    arms = summarise_arms(obs, "final")
-    assert [a.x for a in arms] == [4, 8]
-    a4 = arms[0]
-    assert a4.scores == (0.5, 0.7) and a4.run_ids == (1, 2) and a4.excluded == (3,)
-    assert a4.interval.mean == pytest.approx(0.6)
+def test_an_arm_that_does_not_train_is_never_best():
+    # 4 has the highest final score, but its gain interval straddles 0: only 2 trains
+    obs = runs({2: [0.10, 0.12, 0.11], 4: [0.30, -0.05, 0.20]})
+    ev = analyse(q("best"), obs)
+    best = ev.levels[0].best
+    assert best.best.x == 2 and not best.separated and not ev.conclusive
+    assert "Cannot separate" in ev.answer
 
 
-Q_MIN = Question(shape="minimum", name="batch size")
+def test_nothing_trains_names_no_winner():
+    ev = analyse(q("best"), runs({1: [0.0, 0.02, -0.02], 2: [0.01, -0.01, 0.0]}))
+    assert ev.nothing_trains and ev.levels[0].best.best is None
+    assert ev.answer.startswith("Cannot tell: no tested batch size is shown to train")
 
 
-def test_threshold_minimum_with_a_confident_bracket():
-    arms = [
-        arm(1, [0.05, 0.1, 0.15]),
-        arm(4, [0.45, 0.5, 0.55]),
-        arm(16, [0.8, 0.8, 0.8]),
-        arm(64, [0.82, 0.82, 0.82]),
+def test_fewer_than_min_seeds_gets_no_label():
+    ev = analyse(q("minimum"), runs({1: [0.2, 0.21], 4: [0.2, 0.22]}))
+    th = ev.levels[0].threshold
+    assert set(th.status.values()) == {"uncertain"} and th.answer is None
+
+
+def test_minimum_with_a_relative_criterion_fixed_by_the_calibration():
+    # the reference (4) has calibration runs with gain 0.2; half of it is the criterion
+    ref = [
+        RunObs(10 + s, 1, s, 4, None, "bs=4", "succeeded", ((0, P0), (6, P0 + g)), calibration=True)
+        for s, g in enumerate([0.19, 0.21, 0.20])
     ]
-    th = threshold(arms, Q_MIN)
-    assert th.criterion == pytest.approx(0.9 * 0.82)  # floor 0: 90% of the best gain
-    assert th.status == {"x=1": "fail", "x=4": "fail", "x=16": "pass", "x=64": "pass"}
-    assert th.answer.x == 16 and th.neighbour.x == 4 and th.confident and th.monotone and th.trained
-    assert "is 16" in th.verdict and "4, falls short" in th.verdict
+    obs = ref + runs({1: [0.0, 0.01, -0.01], 2: [0.2, 0.18, 0.22]}, start=100)
+    th = analyse(q("minimum", criterion_value=0.5), obs).levels[0].threshold
+    assert th.criterion.mean == pytest.approx(0.1)
+    assert th.status == {"bs=1": "fail", "bs=2": "pass", "bs=4": "pass"}
+    assert th.answer.x == 2 and th.neighbour.x == 1 and th.conclusive
+    assert "The smallest tested batch size that still trains is 2" in th.verdict
 
 
-def test_threshold_uncertain_neighbour_is_not_confident():
-    arms = [arm(4, [0.6, 0.8]), arm(16, [0.82, 0.82])]  # 4's interval [0.6, 0.8] straddles 0.738
-    th = threshold(arms, Q_MIN)
-    assert th.status["x=4"] == "uncertain" and th.answer.x == 16 and not th.confident
-
-
-def test_threshold_maximum_mirrors_minimum():
-    q = Question(shape="maximum", name="learning rate")
-    arms = [arm(1e-6, [0.8, 0.8]), arm(1e-5, [0.82, 0.82]), arm(1e-4, [0.1, 0.1])]
-    th = threshold(arms, q)
-    assert th.answer.x == 1e-5 and th.neighbour.x == 1e-4 and th.confident
-
-
-def test_threshold_absolute_and_non_monotone():
-    q = Question(shape="minimum", name="batch size", criterion_kind="absolute", criterion_value=0.5)
-    arms = [arm(1, [0.1, 0.1]), arm(4, [0.6, 0.6]), arm(16, [0.2, 0.2]), arm(64, [0.7, 0.7])]
-    th = threshold(arms, q)
-    assert th.criterion == 0.5 and th.answer.x == 4 and not th.monotone and "Not monotone" in th.verdict
-
-
-def test_nothing_trained_is_said_plainly():
-    arms = [arm(1, [0.0, 0.0], initial=0.0), arm(4, [0.0, 0.0], initial=0.0)]
-    th = threshold(arms, Q_MIN)
-    assert not th.trained and th.answer is None and "Nothing trained" in th.verdict
-
-
-def test_best_ties_and_dominated():
-    q = Question(shape="best", name="lr")
-    arms = [arm(1, [0.5, 0.6]), arm(2, [0.55, 0.65]), arm(3, [0.1, 0.1])]
-    b = best_arm(arms, q)
-    assert b.best.x == 2 and [a.x for a in b.tied] == [1] and [a.x for a in b.dominated] == [3]
-    assert not b.separated and "Tied with 1" in b.verdict
-
-
-def test_compare_winner_and_tie():
-    q = Question(shape="compare", name="loss")
-    c = compare_arms(arm("gspo", [1.0, 1.0, 1.0]), arm("ppo", [0.0, 0.0]), q)
-    assert c.winner.x == "gspo" and (c.diff.lo, c.diff.hi) == (1.0, 1.0)
-    t = compare_arms(arm("gspo", [0.0, 1.0]), arm("ppo", [0.0, 1.0]), q)
-    assert t.winner is None and "A tie" in t.verdict
-
-
-def test_effect_direction_and_overlapping_neighbours():
-    q = Question(shape="effect", name="group size")
-    e = effect_of([arm(16, [0.9, 0.9]), arm(2, [0.1, 0.1]), arm(4, [0.1, 0.2])], q)
-    assert (e.low.x, e.high.x, e.direction) == (2, 16, "increases")
-    assert e.overlapping_neighbours == (("x=2", "x=4"),)
-
-
-def test_dominated_arms_keep_at_least_half():
-    arms = [arm(1, [0.9, 0.9]), arm(2, [0.1, 0.1]), arm(3, [0.2, 0.2]), arm(4, [0.3, 0.3])]
-    assert [a.x for a in dominated_arms(arms)] == [2, 3]  # lowest first, 2 of 4 kept
-    assert dominated_arms(arms[:1]) == []
-
-
-def test_analyse_answers_per_secondary_level():
-    q = Question(shape="minimum", name="batch size", secondary_name="max response length")
-    obs, rid = [], 0
-    # at level 16 only batch size 64 trains; at level 128 already 4 does
-    for level, levels in ((16, {4: 0.1, 64: 0.8}), (128, {4: 0.8, 64: 0.82})):
-        for x, v in levels.items():
-            for seed in range(3):
-                rid += 1
-                obs.append(flat(rid, x, v + 0.01 * seed, level=level, seed=seed))
-    ev = analyse(q, obs)
-    assert [le.threshold.answer.x for le in ev.levels] == [64, 4]
-    assert ev.secondary_verdict.startswith("Max response length changes the answer")
-    assert ev.secondary_effect.mean > 0
-    assert "At max response length 16:" in ev.answer
-
-
-def test_training_not_established_when_the_best_interval_straddles_the_floor():
-    arms = [arm(1, [0.05, 0.1], initial=0.1), arm(4, [0.05, 0.2], initial=0.1)]
-    th = threshold(arms, Q_MIN)
-    assert not th.trained and th.best.x == 4 and "Training is not established" in th.verdict
-
-
-def test_secondary_verdict_without_any_answer():
-    q = Question(shape="minimum", name="batch size", secondary_name="max tokens")
-    obs = [flat(i, 4, 0.0, level=lv, seed=i) for i, lv in enumerate((16, 16, 64, 64))]
-    assert analyse(q, obs).secondary_verdict.startswith(
-        "Whether max tokens changes the answer cannot be told"
+def test_absolute_criterion_reads_the_score_not_the_gain():
+    th = (
+        analyse(
+            q("minimum", criterion_kind="absolute", criterion_value=0.4),
+            runs({1: [0.05, 0.06, 0.04], 2: [0.3, 0.31, 0.29]}),
+        )
+        .levels[0]
+        .threshold
     )
+    assert th.status == {"bs=1": "fail", "bs=2": "pass"} and th.answer.x == 2
+
+
+def test_compare_needs_a_winner_that_trains():
+    ev = analyse(q("compare"), runs({1: [0.0, 0.01, -0.01], 2: [0.2, 0.22, 0.18]}))
+    c = ev.levels[0].compare
+    assert c.winner.x == 2 and ev.conclusive
+    assert c.diff.lo < -0.1  # 1 - 2
+
+
+def test_untrained_level_carries_the_evaluation_noise():
+    ev = analyse(q("best"), runs({2: [0.1, 0.12, 0.11]}))
+    u = ev.untrained
+    half = st.norm.ppf(0.975) * math.sqrt(P0 * (1 - P0) / M)
+    assert (u.mean, u.lo, u.hi) == pytest.approx((P0, P0 - half, P0 + half))
+
+
+# -- simulated campaigns with known truth --------------------------------------------------------------
+SIMS = 1500
+SIGMA = 0.05  # seed-to-seed sd of the held-out score, as SmolLM2 on arithmetic measured it
+
+
+def simulate(shape: str, gains: dict, n: int, rng, *, looks: int = 1, **kw):
+    """One campaign's evidence: each arm's final score = p0 + gain + seed noise, quantised to 1/M."""
+    obs = []
+    for x, g in gains.items():
+        for s in range(n):
+            end = np.clip(np.round((P0 + g + rng.normal(0, SIGMA)) * M) / M, 0, 1)
+            obs.append(RunObs(len(obs) + 1, 1, s, x, None, f"x={x}", "succeeded", ((0, P0), (6, float(end)))))
+    return analyse(Question(shape=shape, name="x", eval_items=M, looks=looks, **kw), obs)
+
+
+def rate(pred, trials: int = SIMS) -> float:
+    return sum(bool(pred()) for _ in range(trials)) / trials
+
+
+@pytest.mark.parametrize("looks", [1, 2])
+def test_ties_rarely_name_a_best(looks):
+    rng = np.random.default_rng(1)
+    tie = {1: 0.15, 2: 0.15, 4: 0.15}
+    wrong = rate(lambda: simulate("best", tie, 3, rng, looks=looks).conclusive)
+    assert wrong <= 0.05
+
+
+def test_ties_rarely_name_a_wrong_smallest():
+    """Every arm truly keeps the same gain, so the true smallest is 1; naming 2 or 4 as confidently the
+    smallest (i.e. failing 1) is the wrong answer."""
+    rng = np.random.default_rng(2)
+    tie = {1: 0.15, 2: 0.15, 4: 0.15}
+
+    def wrong():
+        th = simulate("minimum", tie, 3, rng, criterion_value=0.5).levels[0].threshold
+        return th.conclusive and th.answer.x != 1
+
+    assert rate(wrong) <= 0.05
+
+
+def test_a_true_effect_of_the_calibrated_size_is_found():
+    """Best of three where one arm is better by d, with the seeds the calibration asks for."""
+    d = 0.1
+    n = seeds_for_best(SIGMA, d, 3)  # what the calibration asks for
+    rng = np.random.default_rng(3)
+
+    def right():
+        ev = simulate("best", {1: 0.1, 2: 0.1, 4: 0.1 + d}, n, rng)
+        return ev.conclusive and ev.levels[0].best.best.x == 4
+
+    assert rate(right, 600) >= 0.8
+
+
+def test_the_smallest_that_trains_is_found_when_it_exists():
+    rng = np.random.default_rng(4)
+    n = max(3, seeds_for_effect(SIGMA, 0.15))  # the calibration's size for a gain of 0.15
+
+    def right():
+        th = simulate("minimum", {1: 0.0, 2: 0.15, 4: 0.15}, n, rng).levels[0].threshold
+        return th.answer is not None and th.answer.x == 2
+
+    assert rate(right, 600) >= 0.8
+
+
+@pytest.mark.parametrize("shape", ["best", "minimum", "compare"])
+def test_no_training_never_yields_a_winner(shape):
+    rng = np.random.default_rng(5)
+    arms = {1: 0.0, 2: 0.0} if shape == "compare" else {1: 0.0, 2: 0.0, 4: 0.0}
+
+    def winner():
+        ev = simulate(shape, arms, 3, rng)
+        le = ev.levels[0]
+        if le.compare is not None:
+            return le.compare.winner is not None
+        if le.threshold is not None:
+            return le.threshold.conclusive
+        return le.best.conclusive
+
+    # "trains" is a one-sided test at alpha/2: a winner out of pure noise needs that error at least once
+    assert rate(winner) <= 0.025

@@ -24,7 +24,10 @@ def test_train_job_layers_goal_arm_and_budget():
     assert sw["lora"] == {**sw["lora"], "enabled": True, "rank": 16}
     assert sw["pool"]["group_size"] == 8 and sw["algorithm"]["policy_loss"] == "gspo"
     assert sw["algorithm"]["clip_low"] == pytest.approx(3e-4)  # the engine filled gspo's own defaults
-    assert sw["training"]["max_steps"] == 7 and job["eval_size"] == 0
+    # a user's goal trains the real model and is scored on the held-out set by default
+    assert sw["training"]["max_steps"] == 7 and job["eval_size"] == 64
+    assert sw["model"]["name"] == "smollm2-135m"
+    assert sw["training"]["mini_batch_size"] == sw["pool"]["batch_size"] * 8  # one update per step
 
 
 def test_invalid_arms_fail_with_the_engines_reason():
@@ -41,10 +44,10 @@ def test_stage_blueprints_one_per_arm_with_seeds_and_the_checkpoint_run_dir():
     assert [bp.label for bp in bps] == ["bs=1", "bs=2", "bs=4"]
     bp = bps[0]
     assert (
-        bp.seeds == [0, 1] and bp.seed_path == "seed" and bp.budget.steps == 3 and bp.budget.wall_time_s == 99
+        bp.seeds == [0, 1, 2] and bp.seed_path == "seed" and bp.budget.steps == 3 and bp.budget.wall_time_s == 99
     )
     assert bp.launch_command == LAUNCH_COMMAND and "$A3R_CHECKPOINT_DIR" in bp.launch_command
-    assert bp.metrics == ["reward_mean"] and bp.effective_config(5)["seed"] == 5
+    assert bp.metrics == ["eval_accuracy"] and bp.effective_config(5)["seed"] == 5
     assert len({b.content_hash() for b in bps}) == 3
 
 
@@ -99,7 +102,11 @@ def test_cli_options_map_to_budget_and_job():
     )
     assert (args.steps, args.max_runs, args.set, args.model) == (3, 9, ["swarm.pool.group_size=2"], "tiny")
     demo = _parser().parse_args(["demo"])
-    assert (demo.steps, demo.grid_points, demo.max_runs, demo.max_stages) == (8, 3, 20, 3)
+    from a3r.leader.demo import DEMO_BUDGET
+
+    assert (demo.steps, demo.grid_points, demo.max_runs, demo.max_stages) == tuple(
+        DEMO_BUDGET[k] for k in ("steps", "grid_points", "max_runs", "max_stages")
+    )
     assert _parser().parse_args(["resume", "x"]).campaign == "x"
 
 
@@ -120,17 +127,19 @@ def test_one_leader_per_campaign(ws, tmp_path):
         resume_campaign(ws, OfflinePolicy(), "busy")
 
 
-def test_submit_with_a_goal_sentence_runs_the_leader(tmp_path, monkeypatch, capsys):
-    """`a3r submit "<goal>"` is the leader's goal form; the same word with YAML paths adds blueprints."""
-    from a3r.cli import _submits_goal, main
+def test_submit_with_the_goal_option_runs_the_leader(tmp_path, monkeypatch, capsys):
+    """`a3r submit --goal "<goal>"` is the leader's goal form; without --goal, submit adds blueprints."""
+    from a3r.cli import _goal_submit, main
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("A3R_WORKSPACE", raising=False)
     monkeypatch.delenv("A3R_LLM_BASE_URL", raising=False)
-    assert _submits_goal(["submit", "find the smallest batch size (1 to 8)"])
-    assert not _submits_goal(["submit", "a.yaml", "--campaign", "c"])
-    assert not _submits_goal(["-w", "x", "runs"])
-    assert main(["submit", "make the model better", "--campaign", "vague"]) == 2
+    assert _goal_submit(["submit", "--goal", "find the smallest batch size (1 to 8)"])
+    assert _goal_submit(["-w", "submit", "submit", "--goal=find the smallest batch size (1 to 8)"])
+    assert not _goal_submit(["submit", "find the smallest batch size (1 to 8)"])  # never guessed
+    assert not _goal_submit(["submit", "a.yaml", "--campaign", "c"])
+    assert not _goal_submit(["-w", "x", "runs", "--goal"])
+    assert main(["submit", "--goal", "make the model better", "--campaign", "vague"]) == 2
     assert "cannot understand the goal" in capsys.readouterr().err
     assert (tmp_path / "campaigns" / "vague" / "a3r.yaml").exists()
 
@@ -154,24 +163,25 @@ def test_hosts_file_and_budget_overrides(tmp_path, monkeypatch, capsys):
     hosts = tmp_path / "hosts.yaml"
     hosts.write_text("- name: box\n  slots: [{name: a}, {name: b}]\n")
     goal = "make the model better"
-    assert main(["submit", goal, "--campaign", "h", "--hosts", str(hosts)]) == 2
+    assert main(["submit", "--goal", goal, "--campaign", "h", "--hosts", str(hosts)]) == 2
     ws = Workspace(tmp_path / "campaigns" / "h")
     assert [(h.name, [s.name for s in h.slots]) for h in ws.config.hosts] == [("box", ["a", "b"])]
     ws.close()
     capsys.readouterr()
     # A second submit may not silently ignore --hosts on the existing workspace.
-    assert main(["submit", goal, "--campaign", "h", "--hosts", str(hosts)]) == 2
+    assert main(["submit", "--goal", goal, "--campaign", "h", "--hosts", str(hosts)]) == 2
     assert "--hosts applies to a new workspace" in capsys.readouterr().err
-    assert main(["submit", goal, "--campaign", "b", "--budget", "max_runs=1"]) == 2
+    assert main(["submit", "--goal", goal, "--campaign", "b", "--budget", "max_runs=1"]) == 2
     assert "max_runs" in capsys.readouterr().err
     hosts.write_text("- name: box\n  kind: ssh\n")
-    assert main(["submit", goal, "--campaign", "bad-hosts", "--hosts", str(hosts)]) == 2
+    assert main(["submit", "--goal", goal, "--campaign", "bad-hosts", "--hosts", str(hosts)]) == 2
     assert "hosts.yaml is invalid" in capsys.readouterr().err
 
 
 def test_command_line_values_are_parsed_as_meant():
     from a3r.cli_values import parse_value
-    from a3r.leader.cli_commands import DEMO_SETTINGS, _base_job
+    from a3r.leader.cli_commands import _base_job
+    from a3r.leader.demo import DEMO_SETTINGS
 
     assert parse_value("2e-5") == 2e-5 and isinstance(parse_value("2e-5"), float)
     assert (parse_value("8"), parse_value("true"), parse_value("gspo"), parse_value("[1, 2]")) == (

@@ -1,6 +1,8 @@
-"""The whole leader on the embedded default: real tmux workers training the tiny model, a real monitor,
+"""The whole leader on the embedded machinery: real tmux workers training the tiny model, a real monitor,
 the offline policy. The leader process is SIGKILLed mid-stage and resumed: no run is dispatched twice,
-none is lost, and the campaign finishes with a multi-stage report."""
+none is lost, and the campaign finishes with a multi-stage report. The tiny model has random weights and
+cannot learn, so the honest end is the calibration's "cannot tell, because..." with advice, after one
+re-pilot with twice the steps, and never a winner."""
 
 from __future__ import annotations
 
@@ -45,10 +47,10 @@ def test_campaign_survives_a_killed_leader(tmp_path):
         campaign="e2e",
         goal="find the smallest batch size that still trains arithmetic (1 to 2)",
         budget=ResearchBudget(
-            max_stages=2, min_stages=2, max_runs=8, seeds=2, max_seeds=4, steps=2, grid_points=2
+            max_stages=2, min_stages=2, max_runs=8, seeds=3, max_seeds=4, steps=2, grid_points=2, pilot_seeds=2
         ),
         base_job={
-            "eval_size": 0,
+            "eval_size": 4,
             "concurrency": 4,
             "max_tokens": 8,
             "swarm": {
@@ -80,7 +82,8 @@ def test_campaign_survives_a_killed_leader(tmp_path):
 
         assert state["status"] == "done"
         designs = [StageDesign.model_validate(s["design"]) for s in state["stages"]]
-        assert [d.kind for d in designs] == ["grid", "confirm"]
+        assert [d.kind for d in designs] == ["calibration", "calibration"]
+        assert [d.steps for d in designs] == [2, 4]  # the re-pilot doubles the steps
         runs = ws.runs()
         assert before <= {r.id for r in runs}  # nothing the killed leader created was lost
         assert len(runs) == sum(d.n_runs for d in designs)  # and nothing was created twice
@@ -95,8 +98,11 @@ def test_campaign_survives_a_killed_leader(tmp_path):
 
         md = open(state["report"]["markdown"]).read()
         html = open(state["report"]["html"]).read()
-        assert "## Stage 1 (grid)" in md and "## Stage 2 (confirm)" in md
-        assert "Nothing trained" in md  # the tiny model's random weights never earn a reward
+        assert "## Stage 1 (calibration)" in md and "## Stage 2 (calibration)" in md
+        # the tiny model's random weights never earn a reward: no winner, a cause and advice instead
+        assert "Training is not visible at this budget" in md and "`tiny`, a random-weight test fixture" in md
+        assert "every run trained `tiny`" in md
+        assert not json.loads(open(state["report"]["json"]).read())["conclusive"]
         for r in runs:
             assert f"\n| {r.id} | " in md
         assert "data:image/png;base64," in html

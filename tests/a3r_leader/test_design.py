@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from a3r.analysis import Question, RunObs, analyse
+from a3r.analysis import RunObs, analyse
+from a3r.leader.calibration import calibration_stage
 from a3r.leader.design import BudgetError, ResearchBudget, between, first_stage, grid, next_stage
 from a3r.leader.goals import Factor, parse_goal
 from a3r.report import question_of
@@ -30,6 +31,9 @@ def _budget(**kw):
     return ResearchBudget(**{"max_runs": 60, "steps": 10, **kw})
 
 
+HALF = " that still keeps 50% of the best gain"  # a relative criterion: half the reference arm's gain
+
+
 def test_first_stage_grid_with_secondary_levels():
     goal = parse_goal(
         "find the minimum batch size that still trains arithmetic (1 to 64), and whether max response length changes that"
@@ -40,19 +44,32 @@ def test_first_stage_grid_with_secondary_levels():
         16,
         128,
     ]
-    assert all(a.seeds == [0, 1] for a in s1.arms) and s1.n_runs == 20
+    assert all(a.seeds == [0, 1, 2] for a in s1.arms) and s1.n_runs == 30
     assert s1.rung_step is None  # no early stopping on threshold questions
 
 
 def test_first_stage_shrinks_to_the_budget_or_says_what_to_raise():
     goal = parse_goal("find the minimum batch size that still trains arithmetic (1 to 64)")
-    s1 = first_stage(goal, _budget(max_runs=10))  # 60% of 10 = 6 runs: 3 points x 2 seeds
-    assert s1.n_runs == 6 and len(s1.arms) == 3
+    s1 = first_stage(goal, _budget(max_runs=10))  # 3 points at the minimum of 3 seeds each
+    assert s1.n_runs == 9 and len(s1.arms) == 3 and all(len(a.seeds) == 3 for a in s1.arms)
     with pytest.raises(BudgetError, match="raise max_runs"):
         first_stage(
             parse_goal("smallest batch size that trains arithmetic, and whether lr changes that"),
             _budget(max_runs=2),
         )
+
+
+def test_first_stage_pools_the_calibration_seeds():
+    goal = parse_goal("find the minimum batch size that still trains arithmetic (1 to 4)")
+    budget = _budget(grid_points=3)
+    cal = calibration_stage(goal, budget)
+    assert [(a.x, a.seeds) for a in cal.arms] == [(4, [0, 1, 2])]  # the generous end, as a pilot
+    s2 = first_stage(goal, budget, prior=[cal])
+    assert s2.index == 2 and [(a.x, a.seeds) for a in s2.arms] == [(1, [0, 1, 2]), (2, [0, 1, 2])]
+    assert any("Pooled with the calibration runs: bs=4" in r for r in s2.rationale)
+    # a pilot at another step count measured another configuration: nothing pooled
+    other = first_stage(goal, budget, prior=[cal.model_copy(update={"steps": 5})])
+    assert {a.x for a in other.arms} == {1, 2, 4}
 
 
 def _obs_for(stages, score):
@@ -64,16 +81,20 @@ def _obs_for(stages, score):
                 v = score(a.x, a.level, seed)
                 out.append(
                     RunObs(
-                        rid, st.index, seed, a.x, a.level, f"{a.x},{a.level}", "succeeded", ((1, 0.0), (2, v))
+                        rid, st.index, seed, a.x, a.level, f"{a.x},{a.level}", "succeeded", ((0, 0.0), (2, v))
                     )
                 )
     return out
 
 
+def _q(goal, budget=None):
+    return question_of(goal, budget, eval_items=64)
+
+
 def _run_campaign(goal, budget, score):
     stages = [first_stage(goal, budget)]
     while True:
-        ev = analyse(question_of(goal), _obs_for(stages, score))
+        ev = analyse(_q(goal, budget), _obs_for(stages, score))
         nxt = next_stage(goal, budget, stages, ev)
         if nxt is None:
             return stages, ev
@@ -81,7 +102,7 @@ def _run_campaign(goal, budget, score):
 
 
 def test_minimum_narrows_the_bracket_until_adjacent():
-    goal = parse_goal("find the minimum batch size that still trains arithmetic (1 to 64)")
+    goal = parse_goal("find the minimum batch size" + HALF + " on arithmetic (1 to 64)")
     budget = _budget(max_stages=5, min_stages=2)
     stages, ev = _run_campaign(goal, budget, lambda x, lvl, s: 0.8 if x >= 11 else 0.1)
     assert stages[1].kind == "refine" and stages[1].rationale[0].startswith("23 passes and 8 fails")
@@ -92,64 +113,70 @@ def test_minimum_narrows_the_bracket_until_adjacent():
 
 
 def test_uncertain_arms_get_new_seeds_continuing_their_numbering():
-    goal = parse_goal("find the minimum batch size that still trains arithmetic in {1, 4, 16}")
+    goal = parse_goal("find the minimum batch size" + HALF + " on arithmetic in {1, 4, 16}")
     budget = _budget(max_seeds=4)
-    # batch size 4 is noisy around the criterion (0.9 * 0.8 = 0.72): its interval straddles it
+    # batch size 4 is noisy around the criterion (half of 16's gain 0.8 = 0.4): its test is undecided
     s1 = first_stage(goal, budget)
-    ev = analyse(question_of(goal), _obs_for([s1], lambda x, lvl, s: {1: 0.1, 4: 0.6 + 0.2 * s, 16: 0.8}[x]))
+    ev = analyse(_q(goal, budget), _obs_for([s1], lambda x, lvl, s: {1: 0.1, 4: 0.2 + 0.3 * s, 16: 0.8}[x]))
+    assert ev.levels[0].threshold.status == {"1,None": "fail", "4,None": "uncertain", "16,None": "pass"}
     s2 = next_stage(goal, budget, [s1], ev)
     more = [a for a in s2.arms if a.x == 4]
-    assert more and more[0].seeds == [2, 3] and "straddles" in more[0].why
+    assert more and more[0].seeds == [3] and "undecided" in more[0].why
 
 
 def test_settled_question_gets_one_confirmation_stage_then_stops():
-    goal = parse_goal("find the minimum batch size that still trains arithmetic in {1, 2}")
+    goal = parse_goal("find the minimum batch size" + HALF + " on arithmetic in {1, 2}")
     budget = _budget(min_stages=2, max_stages=4)
-    stages, _ev = _run_campaign(goal, budget, lambda x, lvl, s: 0.8 if x >= 2 else 0.0)
+    stages, ev = _run_campaign(goal, budget, lambda x, lvl, s: 0.8 if x >= 2 else 0.0)
     assert [s.kind for s in stages] == ["grid", "confirm"]
-    assert {a.x for a in stages[1].arms} == {1, 2} and all(a.seeds == [2, 3] for a in stages[1].arms)
+    assert {a.x for a in stages[1].arms} == {1, 2} and all(a.seeds == [3, 4, 5] for a in stages[1].arms)
+    assert ev.conclusive and ev.levels[0].threshold.answer.x == 2
 
 
 def test_stage_and_run_budgets_are_respected():
-    goal = parse_goal("find the minimum batch size that still trains arithmetic (1 to 64)")
-    budget = _budget(max_runs=12, max_stages=3)
+    goal = parse_goal("find the minimum batch size" + HALF + " on arithmetic (1 to 64)")
+    budget = _budget(max_runs=20, max_stages=3)
     stages, _ = _run_campaign(goal, budget, lambda x, lvl, s: 0.8 if x >= 5 else 0.1)
-    assert sum(s.n_runs for s in stages) <= 12 and len(stages) <= 3
+    assert sum(s.n_runs for s in stages) <= 20 and len(stages) <= 3
 
 
 def test_best_refines_around_the_best_and_reseeds_ties():
     goal = parse_goal("best group size for arithmetic in {2, 8, 32}")
     budget = _budget()
     s1 = first_stage(goal, budget)
-    assert s1.rung_step == 5  # best-of-3: dominated arms are stopped at half the steps
-    ev = analyse(question_of(goal), _obs_for([s1], lambda x, lvl, s: {2: 0.1, 8: 0.7 + 0.1 * s, 32: 0.75}[x]))
+    assert s1.rung_step is None and first_stage(goal, _budget(early_stop=True)).rung_step == 5
+    ev = analyse(_q(goal, budget), _obs_for([s1], lambda x, lvl, s: {2: 0.1, 8: 0.7 + 0.1 * s, 32: 0.75}[x]))
     s2 = next_stage(goal, budget, [s1], ev)
     xs = {a.x for a in s2.arms}
     assert {4, 16} <= xs  # new values on both sides of the best
-    assert any(a.x == 32 and a.seeds == [2, 3] for a in s2.arms)  # the best and its tie get seeds
-    assert 2 not in xs  # dominated: nothing more
+    assert any(a.x == 32 and a.seeds == [3, 4, 5] for a in s2.arms)  # not separated from the best: seeds
+    assert 2 not in xs  # shown worse: nothing more
 
 
 def test_compare_tie_adds_seeds_to_both():
     goal = parse_goal("gspo versus dapo on arithmetic")
     s1 = first_stage(goal, _budget())
-    ev = analyse(question_of(goal), _obs_for([s1], lambda x, lvl, s: 0.5 + 0.1 * s))
+    ev = analyse(_q(goal), _obs_for([s1], lambda x, lvl, s: 0.5 + 0.1 * s))
     s2 = next_stage(goal, _budget(), [s1], ev)
-    assert {a.x for a in s2.arms} == {"gspo", "dapo"} and all(a.seeds == [2, 3] for a in s2.arms)
+    assert {a.x for a in s2.arms} == {"gspo", "dapo"} and all(a.seeds == [3, 4, 5] for a in s2.arms)
 
 
 def test_question_view_of_a_goal():
+    budget = _budget(max_stages=3)
     q = question_of(
-        parse_goal("find the minimum batch size that still trains arithmetic efficiently (1 to 64)")
+        parse_goal("find the minimum batch size that still trains arithmetic efficiently (1 to 64)"),
+        budget,
+        64,
     )
-    assert q == Question(shape="minimum", name="batch size", statistic="auc")
+    assert (q.shape, q.name, q.statistic, q.metric) == ("minimum", "batch size", "auc", "eval_accuracy")
+    assert (q.looks, q.min_seeds, q.eval_items, q.criterion_value) == (3, 3, 64, 0.0)
+    assert q.level == pytest.approx(1 - 0.05 / 3)
 
 
-def test_unsettled_training_gets_seeds_on_the_best_arm_only():
+def test_nothing_trains_refines_nothing():
     goal = parse_goal("find the minimum batch size that still trains arithmetic in {1, 4}")
     s1 = first_stage(goal, _budget())
-    # flat curves around the untrained level: 4's interval straddles it, 1 sits below it
-    ev = analyse(question_of(goal), _obs_for([s1], lambda x, lvl, s: {1: 0.0, 4: 0.2 * s}[x]))
-    assert "not established" in ev.answer
-    s2 = next_stage(goal, _budget(), [s1], ev)
-    assert s2.kind == "refine" and [(a.x, a.seeds) for a in s2.arms] == [(4, [2, 3])]
+    # flat curves around the untrained level: 4's gain interval straddles 0, 1 sits at 0
+    ev = analyse(_q(goal), _obs_for([s1], lambda x, lvl, s: {1: 0.0, 4: 0.2 * s}[x]))
+    assert ev.nothing_trains and ev.answer.startswith("Cannot tell")
+    assert next_stage(goal, _budget(), [s1], ev) is None  # more seeds would only refine noise

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from a3r.leader.goals import Goal, GoalParseError, parse_goal
-from a3r.leader.knobs import find_knob, get_knob
+from a3r.leader.goals import Criterion, Goal, GoalParseError, parse_goal
+from a3r.leader.knobs import KNOBS, find_knob, get_dotted, get_knob, set_dotted
+from engine.jobs import TrainJob
 
 REFERENCE = (
     "find the minimum batch size that still trains arithmetic efficiently (1 to 64), "
@@ -24,7 +25,7 @@ def test_reference_case_study():
     assert g.secondary is not None and g.secondary.key == "max_tokens"
     assert g.task == "arithmetic"
     assert g.statistic == "auc"  # "efficiently": the whole learning curve counts, not only its end
-    assert g.criterion.kind == "relative" and g.criterion.value == 0.9
+    assert g.criterion == Criterion()  # no threshold in the sentence: the model's default criterion
 
 
 def test_appendix_b_verbatim():
@@ -166,3 +167,52 @@ def test_knob_lookup_prefers_the_longest_alias():
     assert get_knob("lr").key == "swarm.training.lr"
     with pytest.raises(KeyError, match="known: batch size"):
         get_knob("widgets")
+
+
+@pytest.mark.parametrize("knob", KNOBS, ids=[k.key for k in KNOBS])
+def test_every_knob_is_a_train_job_field(knob):
+    """Each knob at the ends of its default range (or at each choice) makes a valid TrainJob that reads back
+    as the same value: the blueprint sets exactly this key and the analysis reads it back."""
+    levels = knob.valid_choices() if knob.kind == "choice" else knob.default_range
+    assert levels
+    for level in levels:
+        value = knob.coerce(level)
+        data: dict = {}
+        for key, required in knob.requires.items():
+            set_dotted(data, key, required)
+        set_dotted(data, knob.key, value)
+        job = TrainJob.model_validate(data).model_dump(mode="json")
+        assert get_dotted(job, knob.key) == value and type(get_dotted(job, knob.key)) is type(value)
+
+
+def test_engine_variables_a_researcher_varies_are_knobs():
+    keys = {k.key for k in KNOBS}
+    assert {
+        "swarm.training.merge",
+        "swarm.pool.policy",
+        "swarm.lora.enabled",
+        "swarm.algorithm.kl_coef",
+        "temperature",
+        "swarm.training.lr",
+        "swarm.pool.batch_size",
+        "swarm.pool.group_size",
+        "max_tokens",
+        "swarm.algorithm.policy_loss",
+        "swarm.algorithm.advantage",
+        "swarm.lora.rank",
+        "swarm.algorithm.clip_low",
+        "swarm.algorithm.clip_high",
+    } <= keys
+    # choices are read from the engine's config classes, not copied
+    assert get_knob("merge mode").valid_choices() == ("off", "token", "text")
+    assert "nondegenerate_task_count" in get_knob("pool policy").valid_choices()
+    assert get_knob("lora").valid_choices() == (False, True)
+
+
+def test_choice_phrases_coerce_to_engine_values():
+    lora = get_knob("swarm.lora.enabled")
+    coerced = [lora.coerce(x) for x in ("full weights", "LoRA", "true", 1)]
+    assert coerced == [False, True, True, True] and all(type(x) is bool for x in coerced)
+    assert get_knob("policy loss").coerce("PPO clip") == "ppo_clip"
+    with pytest.raises(ValueError, match="valid: off, token, text"):
+        get_knob("merge mode").coerce("both")

@@ -26,7 +26,7 @@ GOAL_JSON = json.dumps(
         "steps": 20,
     }
 )
-BUDGET = ResearchBudget(max_runs=20, steps=5, max_seeds=3)
+BUDGET = ResearchBudget(max_runs=20, steps=5, seeds=2, min_seeds=2, max_seeds=3)
 
 
 def policy(server, **kw):
@@ -190,3 +190,33 @@ def test_goal_settings_from_the_llm_are_validated(fake_llm):
     assert goal.fixed == {"swarm.training.lr": 3e-5}  # an alias becomes its key, the value its type
     assert "'aime' is not a built-in task" in messages(srv, 1)[-1]["content"]
     assert "fixed setting 'swarm.pool.widgets'" in messages(srv, 2)[-1]["content"]
+
+
+def test_an_endpoint_that_rejects_json_mode_is_reported_once_and_still_asked(fake_llm):
+    goal = parse_goal("find the smallest batch size that still trains arithmetic (1 to 16)")
+    stage = {"action": "continue", "reason": "grid", "arms": [{"x": 1, "n_seeds": 1, "why": "low"}]}
+    srv = fake_llm([400, GOAL_JSON, json.dumps(stage)])  # 400 in JSON mode, answered without it
+    said: list[str] = []
+    p = policy(srv, echo=said.append)
+    assert p.understand(GOAL_TEXT).factor.key == "swarm.pool.batch_size"
+    assert p.plan_stage(goal, BUDGET, [], None).author == "llm:fake-model"  # the LLM, not the fallback
+    assert [("response_format" in r["body"]) for r in srv.requests] == [True, False, False]
+    assert len(said) == 1
+    assert said[0].startswith(f"llm:fake-model: the endpoint {srv.url} rejected response_format=")
+    assert (
+        '{"type": "json_object"} (HTTP 400: ' in said[0] and "asking for JSON in the prompt only" in said[0]
+    )
+
+
+def test_a_bad_request_not_about_json_mode_falls_back_and_says_so(fake_llm):
+    goal = parse_goal("find the smallest batch size that still trains arithmetic (1 to 16)")
+    srv = fake_llm([400, 400, 400, 400])  # rejected with and without response_format: the request is at fault
+    said: list[str] = []
+    p = policy(srv, echo=said.append)
+    design = p.plan_stage(goal, BUDGET, [], None)
+    assert design.arms == first_stage(goal, BUDGET).arms and design.author.startswith("offline (LLM fallback")
+    assert p.narrate(goal, _evidence(goal, design), []) == {}
+    assert [("response_format" in r["body"]) for r in srv.requests] == [True, False, True, False]
+    assert len(said) == 2 and not any("rejected response_format" in s for s in said)
+    assert said[0].startswith("llm:fake-model gave no usable design of stage 1 (")
+    assert said[1].startswith("llm:fake-model gave no usable report prose (")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 from a3r.analysis import analyse, fmt
@@ -33,11 +34,12 @@ def _campaign(ws, record):
     level = {1: 0.1, 4: 0.5, 16: 0.8}
     for run in runs:
         x = ws.store.blueprint_of(run).engine_config["swarm"]["pool"]["batch_size"]
-        curve = [(s, level[x] * s / 4 + 0.01 * run.seed) for s in range(1, 5)]
+        # held-out accuracy: 0.1 untrained (step 0, the same for every run), then rising by the arm's gain
+        curve = [(0, 0.1)] + [(s, 0.1 + level[x] * s / 4 + 0.01 * run.seed) for s in range(1, 5)]
         if run.id == runs[0].id:  # an infrastructure failure, retried as a second attempt
-            record(ws, run.id, curve[:2], outcome="failed", retry=True)
+            record(ws, run.id, curve[:3], outcome="failed", retry=True)
         if run.id == runs[-1].id:  # a code error: final, excluded from the statistics
-            record(ws, run.id, curve[:1], outcome="failed")
+            record(ws, run.id, curve[:2], outcome="failed")
             continue
         record(ws, run.id, curve)
     stages = [
@@ -80,13 +82,20 @@ def test_report_numbers_come_from_the_store(ws, record, tmp_path):
     md = open(paths["markdown"]).read()
     html = open(paths["html"]).read()
 
-    ev = analyse(question_of(goal), [r.obs for r in recs])
+    ev = analyse(question_of(goal, budget), [r.obs for r in recs])
     assert ev.answer in md and data.evidence.answer == ev.answer
-    assert "The smallest batch size that reaches the criterion" in ev.answer
+    assert "The smallest tested batch size that still trains is 1" in ev.answer and ev.conclusive
     for le in ev.levels:
-        for a in le.arms:  # each arm row: label, seeds, mean and CI exactly as the analysis computes them
-            row = f"| {a.label} | {fmt(a.x)} | {a.n} | {fmt(a.interval.mean)} | [{fmt(a.interval.lo)}, {fmt(a.interval.hi)}] |"
+        for a in le.arms:  # each arm row: seeds, mean, CI and gain as the analysis computes them
+            g = a.gain_interval
+            row = (
+                f"| {a.label} | {fmt(a.x)} | {a.n} | {fmt(a.interval.mean)} | [{fmt(a.interval.lo)}, {fmt(a.interval.hi)}] "
+                f"| {fmt(g.mean)} | [{fmt(g.lo)}, {fmt(g.hi)}] |"
+            )
             assert row in md
+    assert "Untrained level (step-0 held-out score" in md and "**Conclusive**" in md
+    summary = json.loads(open(paths["json"]).read())
+    assert summary["conclusive"] and summary["levels"][0]["answer"] == 1
     for r in runs:  # provenance: every run with its config and blueprint hashes
         assert re.search(
             rf"^\| {r.id} \| 1 \| bs=\d+ \| {r.seed} \| \w+ \| \d \| local \| `[0-9a-f]{{12}}` \| `[0-9a-f]{{12}}` \|",

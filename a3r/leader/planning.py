@@ -1,0 +1,165 @@
+"""`a3r plan "<goal>"`: the question as understood, the calibration and first-stage designs, and an ETA,
+without running anything.
+
+The ETA comes from a cost model measured on the 2-core CPU machine this project is developed on
+(`RUN_COST`): seconds to start a run (server subprocess, model load), seconds per training step as a base
+plus a share per episode, and seconds per held-out item evaluated. A campaign re-estimates from its own
+calibration runs before the grid (the report shows estimated against actual); these priors only size the
+plan before anything ran, and say so. Models without a prior get none: the plan then shows no ETA.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from a3r.leader.calibration import calibration_stage
+from a3r.leader.design import ResearchBudget, StageDesign, first_stage
+from a3r.leader.goals import Goal
+from a3r.leader.knobs import get_dotted
+from a3r.report.data import question_of
+
+__all__ = ["RUN_COST", "CampaignPlan", "RunCost", "plan_campaign", "run_seconds"]
+
+
+@dataclass(frozen=True)
+class RunCost:
+    """Seconds a run costs on one slot: start + steps * (step + per_episode * episodes) + items * per_item."""
+
+    start: float
+    step: float
+    per_episode: float
+    per_item: float
+
+
+# Measured with `swarm train` on a 2-core AMD EPYC container (torch 2.13 CPU): SmolLM2 takes about 15 s to
+# start, 3 s for a step of 8 episodes and 9 s for 32 (12-token replies), 11 s to evaluate 64 items.
+RUN_COST: dict[str, RunCost] = {
+    "smollm2-135m": RunCost(start=15.0, step=1.0, per_episode=0.25, per_item=0.17),
+    "tiny": RunCost(start=4.0, step=0.1, per_episode=0.01, per_item=0.005),
+}
+
+
+def run_seconds(job: dict[str, Any], steps: int) -> float | None:
+    """Prior wall seconds of one run of `job` at `steps` steps, or None without a prior for its model."""
+    cost = RUN_COST.get(str(get_dotted(job, "swarm.model.name", "")))
+    if cost is None:
+        return None
+    episodes = int(get_dotted(job, "swarm.pool.batch_size", 4)) * int(
+        get_dotted(job, "swarm.pool.group_size", 4)
+    )
+    evals = 2 + (steps // job["eval_every"] - 1 if job.get("eval_every") else 0)
+    items = int(job.get("eval_size", 0)) * evals
+    return cost.start + steps * (cost.step + cost.per_episode * episodes) + items * cost.per_item
+
+
+@dataclass
+class CampaignPlan:
+    goal: Goal
+    budget: ResearchBudget
+    model: str
+    stages: list[StageDesign]
+    stage_eta_s: list[float | None]
+    slots: int
+
+    @property
+    def eta_s(self) -> float | None:
+        return None if any(e is None for e in self.stage_eta_s) else sum(self.stage_eta_s)
+
+    def as_json(self) -> dict[str, Any]:
+        q = question_of(self.goal, self.budget)
+        return {
+            "question": {
+                "text": self.goal.text,
+                "understood": self.goal.describe(),
+                "shape": self.goal.shape,
+                "variable": self.goal.factor.key,
+                "values": self.goal.factor.values,
+                "range": None if self.goal.factor.values else [self.goal.factor.low, self.goal.factor.high],
+                "secondary": self.goal.secondary.key if self.goal.secondary else None,
+                "task": self.goal.task,
+                "model": self.model,
+                "score": f"{self.goal.statistic} {self.goal.metric}",
+                "criterion": self.goal.criterion.describe(self.goal.metric),
+                "fixed": self.goal.fixed,
+                "assumptions": self.goal.assumptions,
+            },
+            "statistics": {
+                "alpha": self.budget.alpha,
+                "looks": self.budget.looks,
+                "level": q.level,
+                "min_seeds": self.budget.min_seeds,
+            },
+            "stages": [
+                {
+                    "index": s.index,
+                    "kind": s.kind,
+                    "purpose": s.purpose,
+                    "runs": s.n_runs,
+                    "steps": s.steps,
+                    "arms": [a.model_dump(mode="json") for a in s.arms],
+                    "eta_s": e,
+                }
+                for s, e in zip(self.stages, self.stage_eta_s, strict=True)
+            ],
+            "eta_s": self.eta_s,
+            "eta_note": "prior estimate before any run (measured costs on a 2-core CPU); later stages are sized "
+            "from the calibration's measurements",
+            "budget": self.budget.model_dump(mode="json"),
+        }
+
+    def render(self) -> str:
+        g = self.goal
+        lines = [
+            f"Question as understood: {g.describe()}",
+            f"  shape {g.shape}; variable {g.factor.describe()}"
+            + (f"; secondary {g.secondary.describe()}" if g.secondary else ""),
+            f"  task {g.task}, model {self.model}; score: {g.statistic} {g.metric}"
+            + (f"; criterion: {g.criterion.describe(g.metric)}" if g.shape in ("minimum", "maximum") else ""),
+        ]
+        lines += [f"  assumption: {a}" for a in g.assumptions]
+        if g.fixed:
+            lines.append("  fixed: " + ", ".join(f"{k}={v}" for k, v in g.fixed.items()))
+        q = question_of(g, self.budget)
+        lines.append(
+            f"Statistics: t intervals at {100 * q.level:.4g}% per decision (alpha {self.budget.alpha} over "
+            f"{self.budget.looks} look(s)); no label below {self.budget.min_seeds} seeds per arm."
+        )
+        for s, e in zip(self.stages, self.stage_eta_s, strict=True):
+            eta = f"about {e / 60:.1f} min" if e is not None else "no estimate"
+            lines.append(f"{s.purpose} [{s.n_runs} run(s), {eta}]")
+            for a in s.arms:
+                lines.append(
+                    f"    {a.x}{'' if a.level is None else f' @ {a.level}'}: seeds {a.seeds} ({a.why})"
+                )
+        if self.eta_s is not None:
+            lines.append(
+                f"ETA of these stages on {self.slots} slot(s): about {self.eta_s / 60:.1f} min (prior estimate; "
+                "the grid is re-sized from the calibration's measured cost and noise)."
+            )
+        return "\n".join(lines)
+
+
+def plan_campaign(
+    goal: Goal, budget: ResearchBudget, base_job: dict[str, Any], *, slots: int = 1
+) -> CampaignPlan:
+    """The stages a campaign starts with: the calibration (unless turned off) and the first grid as the
+    budget sizes it before any measurement."""
+    from a3r.leader.blueprints import train_job
+
+    stages: list[StageDesign] = []
+    if budget.calibrate:
+        stages.append(calibration_stage(goal, budget))
+    stages.append(first_stage(goal, budget, prior=list(stages)))
+    etas: list[float | None] = []
+    for s in stages:
+        per_arm = [run_seconds(train_job(goal, a, s.steps, base_job), s.steps) for a in s.arms]
+        etas.append(
+            None
+            if any(x is None for x in per_arm)
+            else sum(x * len(a.seeds) for x, a in zip(per_arm, s.arms, strict=True)) / slots
+        )
+    model = str(get_dotted(base_job, "swarm.model.name", ""))
+    if goal.fixed.get("swarm.model.name"):
+        model = str(goal.fixed["swarm.model.name"])
+    return CampaignPlan(goal, budget, model, stages, etas, slots)
