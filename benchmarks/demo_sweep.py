@@ -134,11 +134,17 @@ def read_record(run: PlannedRun) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
+def _effective(job: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The job with the engine's current defaults filled in: a field the engine added since the run was
+    recorded (at its default) is the same job, not another one."""
+    return None if job is None else TrainJob.model_validate(job).model_dump(mode="json")
+
+
 def execute(run: PlannedRun) -> float | None:
     """Run it unless finished (then check that it ran this job); the run's wall seconds."""
     if run.done:
         record = read_record(run)
-        if record.get("job") != run.job:
+        if _effective(record.get("job")) != _effective(run.job):
             raise SystemExit(
                 f"{run.run_dir} holds a finished run of another job than the one planned now (the demo "
                 "settings changed?); delete it or pass another --runs"
@@ -336,8 +342,8 @@ def write_md(path: Path, result: dict[str, Any]) -> None:
     ]
     lines += [
         "",
-        f"Criterion (fixed before any run): an arm {cfg['criterion']}; on the gain scale "
-        f"{_iv(result['criterion'])}.",
+        f"Criterion (fixed before any run): an arm {cfg['criterion']}"
+        + (f"; on the gain scale {_iv(result['criterion'])}." if result["criterion"]["mean"] else "."),
         "",
         "## Verdict",
         "",

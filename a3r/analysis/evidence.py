@@ -16,9 +16,11 @@ Rules shared by every shape (see `shared/specs/research-validity.md`):
 
 Shapes:
 - threshold (minimum/maximum): the criterion is fixed before the grid. Relative: the arm's gain keeps
-  `criterion_value` of the reference arm's gain (the generous end of the range), with the reference gain
-  taken from the calibration stage's seeds when there are any; the test is the Welch interval of
-  gain_arm - f * gain_ref (pass: above 0; fail: below 0; else uncertain). Absolute: the arm's score
+  `criterion_value` f of the reference arm's gain (the generous end of the range; f = 0: it trains at
+  all), with the reference gain taken from the calibration stage's seeds when there are any; the test is
+  the Welch interval of gain_arm - f * gain_ref. Pass: the arm trains and that interval is above 0.
+  Fail: the interval of gain_arm - max(f, min_effect) * gain_ref is below 0, i.e. whatever it gains is
+  shown smaller than the smallest effect worth reporting. Otherwise uncertain. Absolute: the arm's score
   interval against the researcher's number. The answer is the cheapest passing value; it is conclusive
   when the next cheaper tested value fails (or none was tested) and no costlier value fails.
 - best: among arms that train, the highest mean; conclusive when its Welch difference to every other
@@ -78,6 +80,11 @@ def _ci(iv: Interval) -> str:
     )
 
 
+# The smallest effect worth reporting, as a fraction of the reference configuration's gain: an arm shown
+# to gain less does not train, and the calibration sizes seeds to detect a difference this large.
+MIN_EFFECT = 0.5
+
+
 @dataclass(frozen=True)
 class Question:
     """What the analysis needs to know about the goal (kept free of leader types on purpose)."""
@@ -92,7 +99,8 @@ class Question:
     alpha: float = 0.05  # familywise error over all planned looks
     looks: int = 1  # planned analysis looks (stages); each decides at alpha / looks
     min_seeds: int = 3  # no label below this many seeds per arm
-    eval_items: int | None = None  # held-out items per evaluation: the binomial noise floor
+    eval_items: int | None = None  # held-out items per evaluation: the noise floor of a score
+    min_effect: float = MIN_EFFECT  # fraction of the reference gain below which an arm "does not train"
 
     @property
     def level(self) -> float:
@@ -246,6 +254,18 @@ class ThresholdResult:
         return self.answer is not None and self.confident and self.monotone
 
 
+def _versus_reference(a: ArmStats, reference: ArmStats, ref_gains: Sequence[float], f: float, q: Question) -> Interval:
+    """Welch interval of the arm's gain minus f times the reference's gain."""
+    return welch_interval(
+        a.gains,
+        ref_gains,
+        level=q.level,
+        scale_b=f,
+        floor_sd_a=q.floor_sd(a.interval.mean),
+        floor_sd_b=q.floor_sd(reference.interval.mean),
+    )
+
+
 def threshold(arms: Sequence[ArmStats], q: Question) -> ThresholdResult:
     """Cheapest x (smallest for minimum, largest for maximum) that passes the pre-set criterion."""
     if not arms:
@@ -267,22 +287,19 @@ def threshold(arms: Sequence[ArmStats], q: Question) -> ThresholdResult:
         ref_iv = t_interval(ref_gains, level=q.level, floor_sd=q.floor_sd(reference.interval.mean))
         crit = ref_iv.scaled(f)
         for a in order:
-            tests[a.label] = welch_interval(
-                a.gains,
-                ref_gains,
-                level=q.level,
-                scale_b=f,
-                floor_sd_a=q.floor_sd(a.interval.mean),
-                floor_sd_b=q.floor_sd(reference.interval.mean),
-            )
+            tests[a.label] = _versus_reference(a, reference, ref_gains, f, q)
+    margin = max(f, q.min_effect)  # "does not train": shown below the smallest effect worth reporting
     for a in order:
         iv = tests[a.label]
         if a.n < q.min_seeds or not iv.defined:
             status[a.label] = "uncertain"
         elif q.criterion_kind == "absolute":
             status[a.label] = "pass" if a.trained and iv.lo >= f else "fail" if iv.hi < f else "uncertain"
+        elif a.trained and iv.lo > 0:
+            status[a.label] = "pass"
         else:
-            status[a.label] = "pass" if a.trained and iv.lo > 0 else "fail" if iv.hi < 0 else "uncertain"
+            short = iv if margin == f else _versus_reference(a, reference, ref_gains, margin, q)
+            status[a.label] = "fail" if short.hi < 0 else "uncertain"
     trained = any(a.trained for a in arms)
     passing = [i for i, a in enumerate(order) if status[a.label] == "pass"]
     answer = order[passing[0]] if passing else None
@@ -290,11 +307,12 @@ def threshold(arms: Sequence[ArmStats], q: Question) -> ThresholdResult:
     confident = answer is not None and (neighbour is None or status[neighbour.label] == "fail")
     monotone = answer is None or all(status[a.label] != "fail" for a in order[passing[0] :])
     word = "smallest" if direction == "min" else "largest"
-    what = (
-        f"{q.statistic} {q.metric} >= {fmt(f)}"
-        if q.criterion_kind == "absolute"
-        else f"a gain of at least {f:.0%} of {reference.label}'s, i.e. {_ci(crit)}"
-    )
+    if q.criterion_kind == "absolute":
+        what = f"{q.statistic} {q.metric} >= {fmt(f)}"
+    elif f > 0:
+        what = f"a gain of at least {f:.0%} of {reference.label}'s, i.e. {_ci(crit)}"
+    else:
+        what = f"a gain above 0; an arm fails when its gain is shown below {margin:.0%} of {reference.label}'s"
     if not trained:
         verdict = _nothing_trains(arms, q)
     elif answer is None:
@@ -305,8 +323,8 @@ def threshold(arms: Sequence[ArmStats], q: Question) -> ThresholdResult:
     else:
         verdict = (
             f"The {word} tested {q.name} that still trains is {fmt(answer.x)}: gain over the untrained level "
-            f"{fmt(floor)} is {_gain(answer)}, meeting the criterion ({what}); difference to the criterion "
-            f"{_ci(tests[answer.label])}."
+            f"{fmt(floor)} is {_gain(answer)}, meeting the criterion ({what})"
+            + (f"; difference to the criterion {_ci(tests[answer.label])}." if f > 0 else ".")
         )
         if neighbour is not None:
             how = "falls short" if status[neighbour.label] == "fail" else "is uncertain"

@@ -25,6 +25,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from a3r.analysis import fmt, look_level, seeds_for_best, seeds_for_effect, t_interval
+from a3r.analysis.evidence import MIN_EFFECT
 from a3r.analysis.stats import resolution_sd
 from a3r.leader.design import Arm, ResearchBudget, StageDesign, arm_label, grid
 from a3r.leader.goals import Goal
@@ -34,6 +35,7 @@ __all__ = [
     "EFFECT_FRACTION",
     "Calibration",
     "calibration_stage",
+    "grid_run_seconds",
     "measure",
     "no_training_advice",
     "pool_seeds",
@@ -41,8 +43,9 @@ __all__ = [
     "size_budget",
 ]
 
-# The smallest effect a comparison is sized to detect: half the reference configuration's gain.
-EFFECT_FRACTION = 0.5
+# The smallest effect a comparison is sized to detect: half the reference configuration's gain (the same
+# fraction below which the analysis says an arm does not train).
+EFFECT_FRACTION = MIN_EFFECT
 MAX_CALIBRATIONS = 2  # the first pilot and at most one re-pilot with more steps
 
 
@@ -67,24 +70,55 @@ class Calibration(BaseModel):
     note: str = ""
 
 
-def reference_arm(goal: Goal, budget: ResearchBudget) -> tuple[Any, Any]:
-    """(x, level) of the reference configuration: fixed by the question, never chosen from data."""
+def reference_arm(goal: Goal, budget: ResearchBudget, base_job: dict[str, Any] | None = None) -> tuple[Any, Any]:
+    """(x, level) of the reference configuration, fixed by the question and the base job, never by data:
+    for minimum/maximum the generous end of the range (the one that should train if any does); otherwise
+    the configuration the researcher runs without the study (the base job's value of the variable), or
+    the tested value nearest it."""
     xs = grid(goal.factor, budget.grid_points)
-    if goal.shape == "minimum":
-        x = xs[-1] if goal.factor.knob.kind != "choice" else xs[0]
-    elif goal.shape == "maximum":
-        x = xs[0]
-    else:
-        x = xs[(len(xs) - 1) // 2]
     level = None if goal.secondary is None else grid(goal.secondary, budget.secondary_levels)[0]
-    return x, level
+    if goal.shape == "minimum" and goal.factor.knob.kind != "choice":
+        return xs[-1], level
+    if goal.shape == "maximum" and goal.factor.knob.kind != "choice":
+        return xs[0], level
+    usual = _usual_value(goal, base_job or {})
+    if usual in xs:
+        return usual, level
+    if usual is None or goal.factor.knob.kind == "choice":
+        return xs[0], level
+    log = goal.factor.knob.scale == "log" and usual > 0 and min(xs) > 0
+    dist = (lambda v: abs(math.log(v / usual))) if log else (lambda v: abs(v - usual))
+    return min(xs, key=dist), level
+
+
+def _usual_value(goal: Goal, base_job: dict[str, Any]) -> Any:
+    """The studied variable's value in a run of the base job with the goal's fixed settings (engine
+    defaults filled in), or None when the job does not validate."""
+    from pydantic import ValidationError
+
+    from engine.jobs import TrainJob
+
+    from a3r.blueprints import deep_merge
+    from a3r.leader.knobs import set_dotted
+
+    data = deep_merge(base_job, {})
+    for key, value in goal.fixed.items():
+        set_dotted(data, key, value)
+    try:
+        return get_dotted(TrainJob.model_validate(data).model_dump(mode="json"), goal.factor.key)
+    except (ValidationError, ValueError):
+        return None
 
 
 def calibration_stage(
-    goal: Goal, budget: ResearchBudget, index: int = 1, steps: int | None = None
+    goal: Goal,
+    budget: ResearchBudget,
+    index: int = 1,
+    steps: int | None = None,
+    base_job: dict[str, Any] | None = None,
 ) -> StageDesign:
     """The pilot: the reference configuration for `pilot_seeds` seeds at `steps` (default the budget's)."""
-    x, level = reference_arm(goal, budget)
+    x, level = reference_arm(goal, budget, base_job)
     steps = steps or budget.steps
     label = arm_label(goal, x, level)
     first = index == 1
@@ -181,13 +215,37 @@ def measure(
     return cal.model_copy(update={"effect": effect, "seeds_per_arm": n})
 
 
+def grid_run_seconds(goal: Goal, budget: ResearchBudget, cal: Calibration, base_job: dict[str, Any]) -> float:
+    """Expected wall seconds per run of the grid: the calibration's measured cost, scaled by the cost
+    model's ratio between a grid arm and the reference (a batch of 2 costs less than one of 8)."""
+    from a3r.leader.blueprints import train_job
+    from a3r.leader.costs import run_seconds
+
+    def prior(x: Any, level: Any) -> float | None:
+        job = train_job(goal, Arm(x=x, level=level, seeds=[0], why="cost"), cal.steps, base_job)
+        return run_seconds(job, cal.steps)
+
+    ref = prior(*reference_arm(goal, budget, base_job))
+    levels = [None] if goal.secondary is None else grid(goal.secondary, budget.secondary_levels)
+    arms = [prior(x, lv) for x in grid(goal.factor, budget.grid_points) for lv in levels]
+    if not ref or not arms or any(a is None for a in arms):
+        return cal.run_s
+    return cal.run_s * (sum(arms) / len(arms)) / ref
+
+
 def size_budget(
-    goal: Goal, budget: ResearchBudget, cal: Calibration, runs_done: int, wall_spent_s: float
+    goal: Goal,
+    budget: ResearchBudget,
+    cal: Calibration,
+    runs_done: int,
+    wall_spent_s: float,
+    per_run_s: float | None = None,
 ) -> tuple[ResearchBudget, list[str]]:
     """The budget the grid runs under, and why: calibrated steps, seeds per arm within [min_seeds,
     max_seeds], and no more runs than the remaining wall budget holds at the measured cost per run."""
     why = []
-    seeds = min(max(cal.seeds_per_arm, budget.min_seeds), budget.max_seeds)
+    # the researcher's seeds per arm are a floor: the reference's own noise may understate the other arms'
+    seeds = min(max(cal.seeds_per_arm, budget.seeds, budget.min_seeds), budget.max_seeds)
     if cal.seeds_per_arm > budget.max_seeds:
         why.append(
             f"The power calculation asks for {cal.seeds_per_arm} seeds per arm (sigma {fmt(cal.sigma)}, effect "
@@ -195,17 +253,18 @@ def size_budget(
         )
     else:
         why.append(
-            f"{seeds} seeds per arm: enough for 80% power against an effect of {fmt(cal.effect)} with sigma "
-            f"{fmt(cal.sigma)} (the power calculation asks for {cal.seeds_per_arm}; at least {budget.min_seeds} for a label)."
+            f"{seeds} seeds per new arm: the power calculation asks for {cal.seeds_per_arm} (80% power against an "
+            f"effect of {fmt(cal.effect)} with sigma {fmt(cal.sigma)}), the budget for at least {budget.seeds}."
         )
     max_runs = budget.max_runs
-    if budget.total_wall_s is not None and cal.run_s > 0:
-        left = max(0, math.floor((budget.total_wall_s - wall_spent_s) / cal.run_s))
+    per_run = per_run_s or cal.run_s
+    if budget.total_wall_s is not None and per_run > 0:
+        left = max(0, math.floor((budget.total_wall_s - wall_spent_s) / per_run))
         if runs_done + left < max_runs:
             max_runs = runs_done + left
             why.append(
                 f"The wall budget ({fmt(budget.total_wall_s)} s, {fmt(wall_spent_s)} s spent) holds about {left} more "
-                f"run(s) at {fmt(cal.run_s)} s each."
+                f"run(s) at about {fmt(per_run)} s each (the calibration's measured cost, scaled per arm)."
             )
     upd = {"seeds": seeds, "steps": cal.steps, "max_runs": max(max_runs, runs_done + 1)}
     return budget.model_copy(update=upd), why

@@ -195,8 +195,14 @@ def first_stage(goal: Goal, budget: ResearchBudget, prior: list[StageDesign] | N
     cap = max(2, math.floor(left * budget.stage1_share))
     points, seeds = budget.grid_points, budget.seeds
 
+    def missing(lv: Any, x: Any, k: int) -> list[int]:
+        """Seeds the arm still needs: none when the calibration already ran it with enough seeds for a
+        label (the reference is the best-measured arm; topping it up would spend the budget twice)."""
+        seen = used.get((lv, x), set())
+        return [] if len(seen) >= budget.min_seeds else [s for s in range(k) if s not in seen]
+
     def new_runs(xs: list[Any], k: int) -> int:
-        return sum(len(set(range(k)) - used.get((lv, x), set())) for lv in levels for x in xs)
+        return sum(len(missing(lv, x, k)) for lv in levels for x in xs)
 
     xs = grid(goal.factor, points)
     while new_runs(xs, seeds) > cap and goal.factor.values is None and points > 3:
@@ -215,7 +221,7 @@ def first_stage(goal: Goal, budget: ResearchBudget, prior: list[StageDesign] | N
         Arm(x=x, level=lv, seeds=keep, why="coarse grid")
         for lv in levels
         for x in xs
-        if (keep := [s for s in range(seeds) if s not in used.get((lv, x), set())])
+        if (keep := missing(lv, x, seeds))
     ]
     sec = f" x {goal.secondary.name} {{{', '.join(fmt(v) for v in levels)}}}" if goal.secondary else ""
     purpose = (

@@ -43,6 +43,7 @@ from a3r.leader.calibration import (
     MAX_CALIBRATIONS,
     Calibration,
     calibration_stage,
+    grid_run_seconds,
     measure,
     no_training_advice,
     pool_seeds,
@@ -52,6 +53,7 @@ from a3r.leader.design import ResearchBudget, StageDesign
 from a3r.leader.goals import Goal
 from a3r.leader.observe import RunRecord, observe
 from a3r.leader.policy import Decision, Policy
+from a3r.leader.planning import stage_prior_s
 from a3r.leader.provenance import collect_provenance
 from a3r.leader.recovery import revise_failed_runs
 from a3r.leader.state import LeaderConfig, LeaderState, StageRecord
@@ -99,15 +101,27 @@ def build_graph(ws: Workspace, policy: Policy) -> StateGraph:
         done = [r.wall_s for r in records if r.obs.state == RunState.SUCCEEDED and r.wall_s > 0]
         return sum(done) / len(done) if done else 0.0
 
-    def with_wall(budget: ResearchBudget, records: list[RunRecord], spent: float) -> ResearchBudget:
+    def with_wall(budget: ResearchBudget, runs_done: int, cost: float, spent: float) -> ResearchBudget:
         """The budget with max_runs cut to what the remaining wall time holds at the measured run cost."""
-        cost = run_cost(records)
         if budget.total_wall_s is None or cost <= 0:
             return budget
-        fit = len(records) + max(0, math.floor((budget.total_wall_s - spent) / cost * slots()))
+        fit = runs_done + max(0, math.floor((budget.total_wall_s - spent) / cost * slots()))
         return budget.model_copy(update={"max_runs": min(budget.max_runs, fit)})
 
-    def eta(design: StageDesign, records: list[RunRecord]) -> float | None:
+    def eta(state: LeaderState, design: StageDesign, records: list[RunRecord]) -> float | None:
+        """Wall seconds the stage should take: the cost model's prior, scaled by how the finished stages'
+        measured times compared with their priors (falls back to the mean measured run)."""
+        cfg, goal, _b = ctx(state)
+        prior = stage_prior_s(goal, design, cfg.base_job, slots())
+        measured, expected = 0.0, 0.0
+        for st in state["stages"]:
+            done = StageDesign.model_validate(st["design"])
+            walls = [r.wall_s for r in records if r.obs.stage == done.index and r.obs.state == RunState.SUCCEEDED]
+            p = stage_prior_s(goal, done, cfg.base_job, slots())
+            if walls and len(walls) == done.n_runs and p:
+                measured, expected = measured + sum(walls) / slots(), expected + p
+        if prior is not None and expected > 0:
+            return prior * measured / expected
         cost = run_cost(records)
         return design.n_runs * cost / slots() if cost > 0 else None
 
@@ -127,14 +141,15 @@ def build_graph(ws: Workspace, policy: Policy) -> StateGraph:
         }
 
     def plan(state: LeaderState) -> dict[str, Any]:
-        _cfg, goal, budget = ctx(state)
+        cfg, goal, budget = ctx(state)
         if budget.calibrate:
-            design = calibration_stage(goal, budget)
+            design = calibration_stage(goal, budget, base_job=cfg.base_job)
         else:
             design = policy.plan_stage(goal, budget, [], None)
         if design is None:
             raise ValueError("the policy planned no first stage; the goal needs at least one experiment")
-        return {"pending": {"design": design.model_dump(mode="json")}, "started_at": time.time()}
+        eta_s = stage_prior_s(goal, design, cfg.base_job, slots())  # nothing measured yet: the cost model
+        return {"pending": {"design": design.model_dump(mode="json"), "eta_s": eta_s}, "started_at": time.time()}
 
     def write_blueprints(state: LeaderState) -> dict[str, Any]:
         cfg, goal, budget = ctx(state)
@@ -204,7 +219,7 @@ def build_graph(ws: Workspace, policy: Policy) -> StateGraph:
         ev = analyse_evidence(
             question_of(goal, budget, eval_items_of(cfg.base_job)), [r.obs for r in records]
         )
-        budget_now = with_wall(budget, records, elapsed(state))
+        budget_now = with_wall(budget, sum(d.n_runs for d in designs), run_cost(records), elapsed(state))
         if ev.nothing_trains:
             cal = Calibration.model_validate(state["calibration"][-1]) if state.get("calibration") else None
             decision = Decision(
@@ -226,7 +241,7 @@ def build_graph(ws: Workspace, policy: Policy) -> StateGraph:
             nxt = decision.next_stage.model_copy(update={"index": len(designs) + 1})
             nxt = pool_seeds(nxt, designs)
             if nxt is not None:
-                pending = {"design": nxt.model_dump(mode="json"), "eta_s": eta(nxt, records)}
+                pending = {"design": nxt.model_dump(mode="json"), "eta_s": eta(state, nxt, records)}
         st = {
             **state["stages"][-1],
             "verdict": verdict,
@@ -263,7 +278,8 @@ def build_graph(ws: Workspace, policy: Policy) -> StateGraph:
             f"{gain}, sigma {cal.sigma:.3g}, {cal.run_s:.0f} s per run."
         )
         if cal.visible:
-            sized, why = size_budget(goal, budget, cal, len(records_of(state, goal)), spent)
+            per_run = grid_run_seconds(goal, budget, cal, cfg.base_job)
+            sized, why = size_budget(goal, budget, cal, len(records_of(state, goal)), spent, per_run)
             nxt = policy.plan_stage(goal, sized, designs, None)
             reason = f"{seen} Training is visible. " + " ".join(why)
             decision = Decision(action="continue", reason=reason, next_stage=nxt, author="offline")
@@ -273,7 +289,7 @@ def build_graph(ws: Workspace, policy: Policy) -> StateGraph:
         repilot_s = cal.run_s * steps / max(design.steps, 1) * budget.pilot_seeds / slots()
         fits = budget.total_wall_s is None or spent + repilot_s <= budget.total_wall_s
         if len(cals) < MAX_CALIBRATIONS and cal.runs and fits:
-            nxt = calibration_stage(goal, budget, index=len(designs) + 1, steps=steps)
+            nxt = calibration_stage(goal, budget, index=len(designs) + 1, steps=steps, base_job=cfg.base_job)
             decision = Decision(
                 action="continue",
                 reason=f"{seen} Training is not visible yet; calibrating again with {steps} steps.",

@@ -1,9 +1,7 @@
 """`a3r plan "<goal>"`: the question as understood, the calibration and first-stage designs, and an ETA,
 without running anything.
 
-The ETA comes from a cost model measured on the 2-core CPU machine this project is developed on
-(`RUN_COST`): seconds to start a run (server subprocess, model load), seconds per training step as a base
-plus a share per episode, and seconds per held-out item evaluated. A campaign re-estimates from its own
+The ETA comes from the measured cost model in `a3r.leader.costs`. A campaign re-estimates from its own
 calibration runs before the grid (the report shows estimated against actual); these priors only size the
 plan before anything ran, and say so. Models without a prior get none: the plan then shows no ETA.
 """
@@ -14,43 +12,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from a3r.leader.calibration import calibration_stage
+from a3r.leader.costs import run_seconds
 from a3r.leader.design import ResearchBudget, StageDesign, first_stage
 from a3r.leader.goals import Goal
 from a3r.leader.knobs import get_dotted
 from a3r.report.data import question_of
 
-__all__ = ["RUN_COST", "CampaignPlan", "RunCost", "plan_campaign", "run_seconds"]
-
-
-@dataclass(frozen=True)
-class RunCost:
-    """Seconds a run costs on one slot: start + steps * (step + per_episode * episodes) + items * per_item."""
-
-    start: float
-    step: float
-    per_episode: float
-    per_item: float
-
-
-# Measured with `swarm train` on a 2-core AMD EPYC container (torch 2.13 CPU): SmolLM2 takes about 15 s to
-# start, 3 s for a step of 8 episodes and 9 s for 32 (12-token replies), 11 s to evaluate 64 items.
-RUN_COST: dict[str, RunCost] = {
-    "smollm2-135m": RunCost(start=15.0, step=1.0, per_episode=0.25, per_item=0.17),
-    "tiny": RunCost(start=4.0, step=0.1, per_episode=0.01, per_item=0.005),
-}
-
-
-def run_seconds(job: dict[str, Any], steps: int) -> float | None:
-    """Prior wall seconds of one run of `job` at `steps` steps, or None without a prior for its model."""
-    cost = RUN_COST.get(str(get_dotted(job, "swarm.model.name", "")))
-    if cost is None:
-        return None
-    episodes = int(get_dotted(job, "swarm.pool.batch_size", 4)) * int(
-        get_dotted(job, "swarm.pool.group_size", 4)
-    )
-    evals = 2 + (steps // job["eval_every"] - 1 if job.get("eval_every") else 0)
-    items = int(job.get("eval_size", 0)) * evals
-    return cost.start + steps * (cost.step + cost.per_episode * episodes) + items * cost.per_item
+__all__ = ["CampaignPlan", "plan_campaign", "stage_prior_s"]
 
 
 @dataclass
@@ -140,25 +108,26 @@ class CampaignPlan:
         return "\n".join(lines)
 
 
+def stage_prior_s(goal: Goal, design: StageDesign, base_job: dict[str, Any], slots: int = 1) -> float | None:
+    """Prior wall seconds of a stage on `slots` slots from the cost model (None without a prior)."""
+    from a3r.leader.blueprints import train_job
+
+    per_arm = [run_seconds(train_job(goal, a, design.steps, base_job), design.steps) for a in design.arms]
+    if any(x is None for x in per_arm):
+        return None
+    return sum(x * len(a.seeds) for x, a in zip(per_arm, design.arms, strict=True)) / slots
+
+
 def plan_campaign(
     goal: Goal, budget: ResearchBudget, base_job: dict[str, Any], *, slots: int = 1
 ) -> CampaignPlan:
     """The stages a campaign starts with: the calibration (unless turned off) and the first grid as the
     budget sizes it before any measurement."""
-    from a3r.leader.blueprints import train_job
-
     stages: list[StageDesign] = []
     if budget.calibrate:
-        stages.append(calibration_stage(goal, budget))
+        stages.append(calibration_stage(goal, budget, base_job=base_job))
     stages.append(first_stage(goal, budget, prior=list(stages)))
-    etas: list[float | None] = []
-    for s in stages:
-        per_arm = [run_seconds(train_job(goal, a, s.steps, base_job), s.steps) for a in s.arms]
-        etas.append(
-            None
-            if any(x is None for x in per_arm)
-            else sum(x * len(a.seeds) for x, a in zip(per_arm, s.arms, strict=True)) / slots
-        )
+    etas = [stage_prior_s(goal, st, base_job, slots) for st in stages]
     model = str(get_dotted(base_job, "swarm.model.name", ""))
     if goal.fixed.get("swarm.model.name"):
         model = str(goal.fixed["swarm.model.name"])

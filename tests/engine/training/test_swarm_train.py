@@ -10,6 +10,12 @@ import pytest
 import yaml
 
 
+def _metric_steps(run_dir):
+    """(training steps, held-out evaluation steps) in the run dir's metrics.jsonl."""
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [r["step"] for r in lines if "eval_accuracy" not in r], [r["step"] for r in lines if "eval_accuracy" in r]
+
+
 @pytest.mark.parametrize("task", ["arithmetic", "calculator"])
 def test_swarm_train_runs_to_max_steps_and_resumes(tmp_path, task):
     job = {
@@ -31,14 +37,16 @@ def test_swarm_train_runs_to_max_steps_and_resumes(tmp_path, task):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["final_status"]["global_step"] == 2
     assert 0.0 <= summary["accuracy_before"] <= 1.0 and 0.0 <= summary["accuracy_after"] <= 1.0
-    steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    steps, evals = _metric_steps(run_dir)
     assert steps == [1.0, 2.0]
+    assert evals == [0, 2]  # held-out accuracy before training and after the last step, as metric points
     assert (run_dir / "checkpoints" / "latest").read_text() == "step-000002"
     # more steps on the same run dir continue from the checkpoint instead of starting over
     out = subprocess.run(cmd + ["--steps", "3"], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
-    steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    steps, evals = _metric_steps(run_dir)
     assert steps == [1.0, 2.0, 3.0]
+    assert evals == [0, 2, 3]  # a resumed job does not re-measure the untrained level
 
 
 def test_a_problem_drawn_twice_in_one_step_is_two_groups(tmp_path, monkeypatch):

@@ -1,0 +1,106 @@
+"""The calibration stage and the plan: the reference configuration, what the pilot's numbers decide, the
+grid sized from them, and `a3r plan` printing it all without running anything."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from a3r.analysis.stats import welch_power
+from a3r.leader.calibration import (
+    calibration_stage,
+    grid_run_seconds,
+    measure,
+    no_training_advice,
+    pool_seeds,
+    reference_arm,
+    size_budget,
+)
+from a3r.leader.costs import run_seconds
+from a3r.leader.design import Arm, ResearchBudget, StageDesign
+from a3r.leader.goals import parse_goal
+
+BASE = {"eval_size": 64, "swarm": {"model": {"name": "smollm2-135m"}, "training": {"lr": 2e-5}}}
+
+
+def test_reference_is_fixed_by_the_question_not_the_data():
+    b = ResearchBudget(grid_points=3)
+    assert reference_arm(parse_goal("smallest batch size that trains arithmetic (2 to 8)"), b) == (8, None)
+    assert reference_arm(parse_goal("largest learning rate that trains arithmetic (1e-6 to 1e-4)"), b)[0] == 1e-6
+    # compare/best: the base job's own value, or the tested value nearest it on the knob's scale
+    lr = parse_goal("compare learning rate 1e-7 with 3e-5 on arithmetic")
+    assert reference_arm(lr, b, BASE) == (3e-5, None)
+    assert reference_arm(parse_goal("gspo versus dapo on arithmetic"), b, BASE)[0] == "gspo"
+
+
+def test_a_visible_gain_sizes_the_grid_for_power():
+    goal = parse_goal("smallest batch size that trains arithmetic (2 to 8)")
+    budget = ResearchBudget(grid_points=3, steps=8, max_seeds=8)
+    design = calibration_stage(goal, budget)
+    assert design.kind == "calibration" and [(a.x, a.seeds) for a in design.arms] == [(8, [0, 1, 2])]
+    cal = measure(goal, budget, design, [(0.25, 0.55), (0.25, 0.61), (0.25, 0.50)], [140, 150, 130], eval_items=64)
+    assert cal.visible and cal.gain == pytest.approx(0.3033, abs=1e-3) and cal.run_s == pytest.approx(140)
+    assert cal.effect == pytest.approx(cal.gain / 2)  # half the reference gain is worth detecting
+    assert welch_power(cal.sigma, cal.effect, cal.seeds_per_arm) >= 0.8
+    sized, why = size_budget(goal, budget, cal, runs_done=3, wall_spent_s=400)
+    assert sized.seeds == max(3, cal.seeds_per_arm) and sized.steps == 8 and any("80% power" in w for w in why)
+    # a wall budget caps the runs at the measured cost per run
+    tight = budget.model_copy(update={"total_wall_s": 1000.0})
+    capped, why = size_budget(goal, tight, cal, runs_done=3, wall_spent_s=400, per_run_s=100)
+    assert capped.max_runs == 3 + 6 and any("wall budget" in w for w in why)
+
+
+def test_a_gain_that_is_not_visible_gets_advice_not_a_grid():
+    goal = parse_goal("smallest batch size that trains arithmetic (2 to 8)")
+    budget = ResearchBudget(grid_points=3, steps=4)
+    design = calibration_stage(goal, budget)
+    cal = measure(goal, budget, design, [(0.0, 0.0), (0.0, 0.0), (0.0, 0.016)], [10, 10, 10], eval_items=64)
+    assert not cal.visible and cal.seeds_per_arm == 0
+    advice = no_training_advice(goal, budget, {"swarm": {"model": {"name": "tiny"}}}, cal)
+    assert "random-weight test fixture" in advice and "--steps 8" in advice and "scores 0" in advice
+
+
+def test_the_grid_keeps_the_pilot_seeds():
+    cal = StageDesign(index=1, kind="calibration", purpose="p", hypothesis="h", steps=8,
+                      arms=[Arm(x=8, seeds=[0, 1, 2], why="pilot")])
+    grid = StageDesign(index=2, kind="grid", purpose="p", hypothesis="h", steps=8,
+                       arms=[Arm(x=x, seeds=[0, 1, 2], why="g") for x in (2, 4, 8)])
+    pooled = pool_seeds(grid, [cal])
+    assert [(a.x, a.seeds) for a in pooled.arms] == [(2, [0, 1, 2]), (4, [0, 1, 2])]
+    assert pool_seeds(grid, [cal.model_copy(update={"steps": 4})]) is grid  # other steps: nothing pooled
+
+
+def test_cost_model_scales_the_measured_cost_per_arm():
+    goal = parse_goal("smallest batch size that trains arithmetic (2 to 8)")
+    budget = ResearchBudget(grid_points=3, steps=8)
+    job = {**BASE, "swarm": {**BASE["swarm"], "pool": {"batch_size": 8, "group_size": 8}}}
+    base = {**BASE, "swarm": {**BASE["swarm"], "pool": {"group_size": 8}}}
+    ref = run_seconds(job, 8)
+    cal = measure(goal, budget, calibration_stage(goal, budget), [(0.2, 0.5)] * 3, [ref * 0.8] * 3, eval_items=64)
+    per_run = grid_run_seconds(goal, budget, cal, base)
+    assert per_run < cal.run_s  # batch sizes 2 and 4 cost less than the reference's 8
+    assert run_seconds({"swarm": {"model": {"name": "some/hf-dir"}}}, 8) is None
+
+
+def test_plan_prints_the_question_stages_and_eta_without_running(capsys, tmp_path, monkeypatch):
+    from a3r.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    goal = "Which learning rate trains the arithmetic agent fastest: 1e-6, 1e-5 or 1e-4?"
+    assert main(["plan", goal, "--json", "--steps", "8"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    q = plan["question"]
+    assert (q["variable"], q["values"], q["task"], q["model"]) == (
+        "swarm.training.lr", [1e-6, 1e-5, 1e-4], "arithmetic", "smollm2-135m"
+    )
+    assert q["score"] == "auc eval_accuracy"  # "fastest" is speed of learning
+    kinds = [s["kind"] for s in plan["stages"]]
+    assert kinds == ["calibration", "grid"] and plan["stages"][0]["arms"][0]["x"] == 1e-5
+    assert plan["eta_s"] > 0 and plan["stages"][1]["runs"] == 6  # the reference arm keeps its pilot seeds
+    assert not list(tmp_path.iterdir())  # nothing was created
+    assert main(["plan", goal]) == 0
+    text = capsys.readouterr().out
+    assert "Question as understood" in text and "ETA of these stages" in text
+    assert main(["plan", "make it better"]) == 2
+    assert "cannot understand the goal" in capsys.readouterr().err
