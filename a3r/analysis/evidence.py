@@ -330,7 +330,8 @@ def threshold(arms: Sequence[ArmStats], q: Question) -> ThresholdResult:
             how = "falls short" if status[neighbour.label] == "fail" else "is uncertain"
             verdict += f" The next tested value, {fmt(neighbour.x)}, {how}: {_ci(tests[neighbour.label])}."
         else:
-            verdict += f" It is the {word} value tested, so the threshold lies at or beyond it."
+            side = "below" if direction == "min" else "above"
+            verdict += f" It is the {word} value tested, so the threshold lies at or {side} it."
         if not monotone:
             verdict += f" Not monotone: a {q.name} beyond it fails."
     return ThresholdResult(
