@@ -192,7 +192,9 @@ def first_stage(goal: Goal, budget: ResearchBudget, prior: list[StageDesign] | N
     levels = _levels(goal, budget)
     used = {k: set(v) for k, v in _seeds_used([p for p in prior if p.steps == budget.steps]).items()}
     left = budget.max_runs - sum(p.n_runs for p in prior)
-    cap = max(2, math.floor(left * budget.stage1_share))
+    # the last planned stage may spend everything left; otherwise keep room for refinement
+    share = 1.0 if budget.max_stages <= research_stages(prior) + 1 else budget.stage1_share
+    cap = max(2, math.floor(left * share))
     points, seeds = budget.grid_points, budget.seeds
 
     def missing(lv: Any, x: Any, k: int) -> list[int]:
