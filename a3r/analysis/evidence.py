@@ -39,6 +39,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from scipy.stats import norm
+
 from a3r.analysis.curves import CurveScore, score_curve
 from a3r.analysis.stats import Interval, binomial_sd, look_level, resolution_sd, t_interval, welch_interval
 
@@ -204,8 +206,6 @@ def untrained_level(obs: Sequence[RunObs], q: Question) -> Interval | None:
         return None
     p = sum(init) / len(init)
     if q.eval_items:
-        from scipy.stats import norm
-
         half = float(norm.ppf(1 - (1 - q.level) / 2)) * binomial_sd(p, q.eval_items)
         return Interval(p, max(0.0, p - half), min(1.0, p + half), len(init), q.level)
     return t_interval(init, level=q.level)
