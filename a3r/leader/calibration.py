@@ -96,10 +96,9 @@ def _usual_value(goal: Goal, base_job: dict[str, Any]) -> Any:
     defaults filled in), or None when the job does not validate."""
     from pydantic import ValidationError
 
-    from engine.jobs import TrainJob
-
     from a3r.blueprints import deep_merge
     from a3r.leader.knobs import set_dotted
+    from engine.jobs import TrainJob
 
     data = deep_merge(base_job, {})
     for key, value in goal.fixed.items():

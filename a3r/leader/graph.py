@@ -52,8 +52,8 @@ from a3r.leader.calibration import (
 from a3r.leader.design import ResearchBudget, StageDesign
 from a3r.leader.goals import Goal
 from a3r.leader.observe import RunRecord, observe
-from a3r.leader.policy import Decision, Policy
 from a3r.leader.planning import stage_prior_s
+from a3r.leader.policy import Decision, Policy
 from a3r.leader.provenance import collect_provenance
 from a3r.leader.recovery import revise_failed_runs
 from a3r.leader.state import LeaderConfig, LeaderState, StageRecord
