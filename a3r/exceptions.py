@@ -8,6 +8,7 @@ from __future__ import annotations
 
 __all__ = [
     "A3RError",
+    "BenchError",
     "BlueprintError",
     "ConfigError",
     "HostError",
@@ -56,3 +57,7 @@ class HostError(A3RError, RuntimeError):
 
 class HostUnreachable(HostError, ConnectionError):
     """A host could not be reached at all (ssh connection refused or timed out)."""
+
+
+class BenchError(A3RError, RuntimeError):
+    """A regression-benchmark step failed outside a run: git, a checkout or an environment."""

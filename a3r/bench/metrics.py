@@ -3,7 +3,7 @@
 A run's series are what its succeeded attempt logged (name -> [(step, value)], sorted by step): the
 engine's per-step training lines (`reward_mean`, `tokens`, ... at steps 1..S), its held-out evaluation
 (`eval_accuracy` at step 0 before training and at step S after), and what the bench harness adds
-(`a3r/bench/harness.py`, names in `Series`): arrival times of those lines and the job's peak memory, or the
+(`a3r/bench/harness.py`, names in its `Series`): arrival times of those lines and the job's peak memory, or the
 throughput probe's figures.
 
 Formulas (S training steps, r_s the mean training reward of step s):
@@ -23,27 +23,12 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping, Sequence
 
+from a3r.bench.harness import Series
 from a3r.bench.suite import MetricKind, MetricSpec
 
 __all__ = ["Series", "compute_metric", "compute_metrics"]
 
 SeriesMap = Mapping[str, Sequence[tuple[int, float | None]]]
-
-
-class Series:
-    """Names of the series the harness and the engine log (one place, shared with the harness)."""
-
-    REWARD = "reward_mean"
-    TOKENS = "tokens"
-    EVAL = "eval_accuracy"
-    STEP_T = "bench_step_t_s"  # seconds since the job started when a training step's line appeared
-    EVAL_T = "bench_eval_t_s"  # same, for an evaluation line
-    PEAK_RSS = "bench_peak_rss_mb"
-    JOB_WALL = "bench_job_wall_s"
-    LOAD = "bench_load_1m"
-    CALLS_PER_S = "bench_calls_per_s"
-    GEN_TOKENS_PER_S = "bench_gen_tokens_per_s"
-    LATENCY_P50 = "bench_latency_p50_ms"
 
 
 def _values(series: SeriesMap, name: str) -> list[tuple[int, float]]:

@@ -30,9 +30,18 @@ from a3r.store.models import SchemaVersion
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "make_engine", "migrate", "read_tx", "schema_version", "write_tx"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+
+
+def _v2_bench_tables(conn: Connection) -> None:
+    """Version 2: the regression-benchmark tables (bench_measurement, bench_schedule)."""
+    SQLModel.metadata.create_all(
+        conn, tables=[models.BenchMeasurement.__table__, models.BenchSchedule.__table__]
+    )
+
+
 # version -> function upgrading a file at version-1 to version. Append, never edit released entries.
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {}
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {2: _v2_bench_tables}
 
 
 def make_engine(path: str | Path, *, busy_timeout_s: float = 30.0) -> Engine:

@@ -1,7 +1,8 @@
 """SQLModel tables of the run store.
 
 Campaign -> Stage -> BlueprintRecord -> Run -> Attempt, plus MetricPoint, Event, Host, BenchResult,
-MonitorLease and SchemaVersion. Timestamps are float seconds since the epoch (`time.time()`) taken on the
+MonitorLease and SchemaVersion; BenchMeasurement and BenchSchedule hold regression benchmarks
+(`a3r.bench.store` reads and writes them). Timestamps are float seconds since the epoch (`time.time()`) taken on the
 controller, except a local worker's heartbeat, written on the same machine.
 
 State columns hold the *values* of `a3r.states` enums as plain strings ("pending", ...); the enums are
@@ -20,7 +21,9 @@ from sqlmodel import Field, SQLModel
 
 __all__ = [
     "Attempt",
+    "BenchMeasurement",
     "BenchResult",
+    "BenchSchedule",
     "BlueprintRecord",
     "Campaign",
     "Event",
@@ -178,6 +181,53 @@ class BenchResult(SQLModel, table=True):
     commit: str = ""
     machine: str = ""
     data: str = "{}"
+
+
+class BenchMeasurement(SQLModel, table=True):
+    """One metric of one benchmark run at one commit: the cell data of the benchmark x commit heatmap.
+
+    One row per (run, metric): a run is one (suite, benchmark, commit, round, seed), so a retried attempt
+    or a collector that runs twice cannot count a measurement twice. Only a succeeded attempt is measured.
+    """
+
+    __tablename__ = "bench_measurement"
+    __table_args__ = (
+        UniqueConstraint("run_id", "metric"),
+        Index("ix_bench_cell", "suite", "benchmark", "metric", "commit"),
+    )
+    id: int | None = Field(default=None, primary_key=True)
+    ts: float  # when it was recorded
+    suite: str
+    benchmark: str
+    metric: str
+    value: float | None  # None: the run did not log what the metric needs
+    unit: str = ""
+    direction: str = "higher"  # a3r.bench.suite.Direction value
+    commit: str  # full sha
+    commit_time: float = 0.0  # committer time (orders the history)
+    subject: str = ""  # first line of the commit message
+    round: int = 0  # 0: the first measurement; k: the k-th confirming rerun (fresh seeds)
+    seed: int
+    host: str = ""
+    versions: str = "{}"  # JSON: python, torch, transformers, ... of the environment the job ran in
+    run_id: int = Field(foreign_key="run.id")
+    attempt_id: int = Field(foreign_key="attempt.id")
+    data: str = "{}"  # JSON: load average at start, job wall time, environment key
+
+
+class BenchSchedule(SQLModel, table=True):
+    """State of one `a3r bench schedule` (a suite on a branch, every `every_s`): survives restarts."""
+
+    __tablename__ = "bench_schedule"
+    name: str = Field(primary_key=True)  # "<suite>@<branch>"
+    repo: str
+    branch: str
+    suite_path: str
+    every_s: float
+    last_run_at: float | None = None
+    last_commit: str = ""
+    last_status: str = ""  # what the last round said (measured, skipped, regression, error: ...)
+    updated_at: float = 0.0
 
 
 class MonitorLease(SQLModel, table=True):
