@@ -499,6 +499,10 @@ def build_parser(*, with_leader: bool = True, goal_submit: bool = False) -> argp
     s.add_argument("--attempt-dir", required=True)
     s.set_defaults(fn=cmd_worker_run)
 
+    from a3r.bench.cli import add_bench_commands  # stdlib-only at import: the worker still starts fast
+
+    add_bench_commands(sub, parents=[common])
+
     if with_leader:
         try:  # the leader's commands (research, resume, demo), registered when a3r.leader is present
             from a3r.leader.cli_commands import add_leader_commands
@@ -523,6 +527,7 @@ _OWN = {
     "retry",
     "monitor",
     "worker",
+    "bench",
 }
 
 
@@ -560,6 +565,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser(with_leader=goal or _command_of(argv) not in _OWN, goal_submit=goal).parse_args(argv)
     from a3r.exceptions import A3RError
 
+    if args.cmd == "bench":  # its own exit codes: 1 means a confirmed regression, errors are 2
+        from a3r.bench.cli import run_bench_command
+
+        return run_bench_command(args)
     try:
         return args.fn(args)
     except (A3RError, ValueError) as e:
