@@ -17,6 +17,7 @@ shared filesystem at the same paths. The local host needs nothing more.
 
 from __future__ import annotations
 
+import os
 import shlex
 import time
 from collections.abc import Callable, Sequence
@@ -157,7 +158,8 @@ class BenchRunner:
     def wait(self, run_ids: Sequence[int], *, timeout: float | None = None) -> dict[int, RunState]:
         """Until every run is terminal: through the workspace's monitor if one runs, else by ticking the
         scheduler in this process (the same scheduler, the same retries)."""
-        drive = self.ws.monitor_pid() is None
+        holder = self.ws.monitor_pid()
+        drive = holder is None or holder == os.getpid()  # our own lease comes from earlier polls
         return self.ws.wait(run_ids, timeout=timeout, drive=drive)
 
     def collect(self, runs: Sequence[Run]) -> RoundResult:
