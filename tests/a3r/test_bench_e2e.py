@@ -125,27 +125,46 @@ def test_check_finds_confirms_and_reports_a_planted_slowdown(repo, tmp_path, mak
     assert p.returncode == 0 and "already measured" in p.stdout, p.stdout + p.stderr
 
 
+PROBE = """
+  - name: probe
+    kind: throughput
+    model: tiny
+    seeds: [0]
+    wall_time_s: 120
+    probe: {episodes: 4, calls: 2, max_tokens: 4, warmup_calls: 1}
+    metrics:
+      - {kind: calls_per_second, min_effect: 0.2, relative: true}
+      - {kind: generated_tokens_per_second, min_effect: 0.2, relative: true}
+      - {kind: latency_p50_ms, min_effect: 0.25, relative: true}
+"""
+
+
 def test_worker_killed_mid_benchmark_is_retried_and_counted_once(repo, tmp_path, make_ws):
+    """The training run's worker is SIGKILLed mid-run; the throughput probe runs after it on the same slot."""
     ws = make_ws(slots=1)
     suite_file = tmp_path / "suite.yaml"
-    suite_file.write_text(SUITE.replace("seeds: [0, 1]", "seeds: [0]"))
+    suite_file.write_text(SUITE.replace("seeds: [0, 1]", "seeds: [0]") + PROBE)
     suite = load_suite(suite_file)
     runner = BenchRunner(ws, suite, repo, say=lambda _m: None)
     commits = resolve_commits(repo, commit="HEAD~1")
-    (run,) = runner.submit(commits)
+    run, probe = runner.submit(commits)
     # mid-benchmark: the job has started and the pre-training evaluation line has been relayed
     wait_for(lambda: ws.store.latest_steps().get(run.id) is not None, timeout=90, drive=ws)
     first = ws.attempts(run.id)[0]
     os.kill(first.worker_pid, signal.SIGKILL)
-    assert runner.wait([run.id], timeout=180)[run.id] == "succeeded", history(ws, run.id)
+    states = runner.wait([run.id, probe.id], timeout=240)
+    assert states == {run.id: "succeeded", probe.id: "succeeded"}, history(ws, run.id) + history(ws, probe.id)
     lost, retry = ws.attempts(run.id)
     assert lost.state == "stale" and retry.state == "succeeded" and retry.retry_of == lost.id
 
-    res = runner.collect([run])
-    assert res.recorded == 3 and not res.failed
-    rows = measurements(ws.store, suite="e2e")
+    res = runner.collect([run, probe])
+    assert res.recorded == 3 + 3 and not res.failed
+    rows = measurements(ws.store, suite="e2e", benchmark="arith")
     assert len(rows) == 3 and {m.attempt_id for m in rows} == {retry.id}
     assert all(m.data["attempt"] == 2 for m in rows)
-    assert runner.collect([run]).recorded == 0, "collecting again counts nothing twice"
-    assert len((ws.root / "bench" / "results.jsonl").read_text().splitlines()) == 3
+    assert runner.collect([run, probe]).recorded == 0, "collecting again counts nothing twice"
+    assert len((ws.root / "bench" / "results.jsonl").read_text().splitlines()) == 6
     assert not (ws.root / "runs" / str(run.id) / "job-attempt-1").exists(), "the retry started from scratch"
+    probed = {m.metric: m.value for m in measurements(ws.store, suite="e2e", benchmark="probe")}
+    assert probed["calls_per_second"] > 0 and probed["generated_tokens_per_second"] > 0
+    assert probed["latency_p50_ms"] > 0
