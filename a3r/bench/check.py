@@ -15,7 +15,14 @@ from dataclasses import dataclass, field
 
 from a3r.bench.checkout import CommitInfo
 from a3r.bench.runner import BenchRunner
-from a3r.bench.stats import ChangePoint, MetricComparison, Verdict, compare_metric, detect_change_points, min_effect_abs
+from a3r.bench.stats import (
+    ChangePoint,
+    MetricComparison,
+    Verdict,
+    compare_metric,
+    detect_change_points,
+    min_effect_abs,
+)
 from a3r.bench.store import Measurement, measurements
 from a3r.bench.suite import Suite
 from a3r.exceptions import ConfigError
@@ -56,7 +63,9 @@ class Finding:
         return self.comparison.metric
 
 
-def compare_commits(store: Store, suite: Suite, baseline: str, candidate: str, *, rounds: Sequence[int] = (0,)) -> list[Finding]:
+def compare_commits(
+    store: Store, suite: Suite, baseline: str, candidate: str, *, rounds: Sequence[int] = (0,)
+) -> list[Finding]:
     """Every metric of the suite measured at both commits (in the given rounds), compared."""
     rows = measurements(store, suite=suite.name, commits=[baseline, candidate], rounds=rounds)
     cells = values_by_cell(rows)
@@ -66,7 +75,9 @@ def compare_commits(store: Store, suite: Suite, baseline: str, candidate: str, *
             by_commit = cells.get((bench.name, spec.name), {})
             a, b = by_commit.get(baseline, []), by_commit.get(candidate, [])
             if a and b:
-                out.append(Finding(bench.name, compare_metric(spec, a, b, alpha=suite.alpha, test=suite.test)))
+                out.append(
+                    Finding(bench.name, compare_metric(spec, a, b, alpha=suite.alpha, test=suite.test))
+                )
     return out
 
 
@@ -100,7 +111,9 @@ def history_change_points(store: Store, suite: Suite, *, n_perm: int = 199) -> l
             continue
         groups = [by_commit[c] for c in hist]
         first = sum(groups[0]) / len(groups[0])
-        cps = detect_change_points(groups, alpha=suite.alpha, min_effect=min_effect_abs(spec, first), n_perm=n_perm)
+        cps = detect_change_points(
+            groups, alpha=suite.alpha, min_effect=min_effect_abs(spec, first), n_perm=n_perm
+        )
         sign = 1 if spec.direction.value == "lower" else -1
         for cp in cps:
             out.append(HistoryChange(bname, mname, hist[cp.index], cp, sign * cp.delta > 0))
@@ -123,7 +136,9 @@ class CheckResult:
         return bool(self.confirmed)
 
 
-def check(runner: BenchRunner, baseline: CommitInfo, candidate: CommitInfo, *, timeout: float | None = None) -> CheckResult:
+def check(
+    runner: BenchRunner, baseline: CommitInfo, candidate: CommitInfo, *, timeout: float | None = None
+) -> CheckResult:
     """Measure both commits if needed, compare them, and confirm each suspected regression by rerunning
     its benchmark on both commits with fresh seeds (`suite.confirm_reruns` times; all must agree)."""
     suite, store = runner.suite, runner.ws.store
@@ -136,16 +151,27 @@ def check(runner: BenchRunner, baseline: CommitInfo, candidate: CommitInfo, *, t
         if not still:
             break
         benches = sorted({f.benchmark for f in still})
-        runner.say(f"confirming {len(still)} suspected regression(s) in {benches}: rerun {rnd} with fresh seeds")
+        runner.say(
+            f"confirming {len(still)} suspected regression(s) in {benches}: rerun {rnd} with fresh seeds"
+        )
         runner.run([baseline, candidate], benchmarks=benches, rnd=rnd, timeout=timeout)
-        again = {(f.benchmark, f.metric): f for f in compare_commits(store, suite, baseline.sha, candidate.sha, rounds=[rnd])}
+        again = {
+            (f.benchmark, f.metric): f
+            for f in compare_commits(store, suite, baseline.sha, candidate.sha, rounds=[rnd])
+        }
         res.reruns.append([again[(f.benchmark, f.metric)] for f in still if (f.benchmark, f.metric) in again])
-        still = [f for f in still if (g := again.get((f.benchmark, f.metric))) and g.comparison.verdict is Verdict.REGRESSION]
+        still = [
+            f
+            for f in still
+            if (g := again.get((f.benchmark, f.metric))) and g.comparison.verdict is Verdict.REGRESSION
+        ]
     res.confirmed = still
     return res
 
 
-def bisect_first_bad(commits: Sequence[str], is_bad: Callable[[str], bool]) -> tuple[str, list[tuple[str, bool]]]:
+def bisect_first_bad(
+    commits: Sequence[str], is_bad: Callable[[str], bool]
+) -> tuple[str, list[tuple[str, bool]]]:
     """The first bad commit of `commits` (oldest first; the first is known good and the last known bad),
     by binary search; also returns the (commit, bad) verdicts it measured, in order."""
     if len(commits) < 2:

@@ -143,7 +143,9 @@ def checkout(repo: Path, sha: str, root: Path) -> Path:
     if dest.exists():
         head = _git(dest, "rev-parse", "HEAD").strip()
         if head != sha:
-            raise BenchError(f"{dest} is checked out at {head}, not {sha}; remove it with `git worktree remove`")
+            raise BenchError(
+                f"{dest} is checked out at {head}, not {sha}; remove it with `git worktree remove`"
+            )
         return dest
     root.mkdir(parents=True, exist_ok=True)
     _git(repo, "worktree", "add", "--detach", "--quiet", str(dest), sha)

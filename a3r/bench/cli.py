@@ -55,11 +55,17 @@ def cmd_run(args) -> int:
     ws, suite, runner = _setup(args)
     try:
         commits = resolve_commits(runner.repo, commit=args.commit, commits=args.commits)
-        _say(f"suite {suite.name}: {len(commits)} commit(s) {', '.join(c.short for c in commits)}; workspace {ws.root}")
+        _say(
+            f"suite {suite.name}: {len(commits)} commit(s) {', '.join(c.short for c in commits)}; workspace {ws.root}"
+        )
         res = runner.run(commits, benchmarks=args.benchmark or None, timeout=args.timeout)
     finally:
         ws.close()
-    return BenchExit.ERROR if res.failed and not res.recorded and not _measured_any(runner, commits) else BenchExit.OK
+    return (
+        BenchExit.ERROR
+        if res.failed and not res.recorded and not _measured_any(runner, commits)
+        else BenchExit.OK
+    )
 
 
 def _measured_any(runner, commits) -> bool:
@@ -92,7 +98,10 @@ def cmd_compare(args) -> int:
     finally:
         ws.close()
     if not findings:
-        print(f"a3r: error: no metric is measured at both {a.short} and {b.short}; run `a3r bench run --commit` on each", file=sys.stderr)
+        print(
+            f"a3r: error: no metric is measured at both {a.short} and {b.short}; run `a3r bench run --commit` on each",
+            file=sys.stderr,
+        )
         return BenchExit.ERROR
     if args.json:
         print(json.dumps([{"benchmark": f.benchmark, **f.comparison.as_dict()} for f in findings], indent=2))
@@ -137,7 +146,10 @@ def cmd_check(args) -> int:
     if res.regressed:
         print(f"REGRESSION confirmed on {len(res.confirmed)} metric(s)")
         return BenchExit.REGRESSION
-    print("no confirmed regression" + (f" ({len(res.suspected)} suspected, not confirmed by rerun)" if res.suspected else ""))
+    print(
+        "no confirmed regression"
+        + (f" ({len(res.suspected)} suspected, not confirmed by rerun)" if res.suspected else "")
+    )
     return BenchExit.OK
 
 
@@ -156,13 +168,20 @@ def cmd_bisect(args) -> int:
         def is_bad(sha: str) -> bool:
             c = next(c for c in commits if c.sha == sha)
             runner.run([c], benchmarks=[args.benchmark], timeout=args.timeout)
-            f = [x for x in compare_commits(ws.store, suite, good.sha, sha) if (x.benchmark, x.metric) == (args.benchmark, args.metric)]
+            f = [
+                x
+                for x in compare_commits(ws.store, suite, good.sha, sha)
+                if (x.benchmark, x.metric) == (args.benchmark, args.metric)
+            ]
             bad = bool(f) and f[0].comparison.verdict is Verdict.REGRESSION
             _say(f"{c.short}: {'bad' if bad else 'good'}")
             return bad
 
         if not is_bad(commits[-1].sha):
-            print(f"a3r: error: {commits[-1].short} does not regress against {good.short} on {args.benchmark}/{args.metric}; nothing to bisect", file=sys.stderr)
+            print(
+                f"a3r: error: {commits[-1].short} does not regress against {good.short} on {args.benchmark}/{args.metric}; nothing to bisect",
+                file=sys.stderr,
+            )
             return BenchExit.ERROR
         first, _ = bisect_first_bad([c.sha for c in commits], is_bad)
         c = next(c for c in commits if c.sha == first)
@@ -196,24 +215,42 @@ def cmd_schedule(args) -> int:
             cmd = schedule_command(ws.root, runner.repo, args.branch, suite_path if args.suite else None)
             print(cron_line(every, cmd))
             return BenchExit.OK
-        out = run_schedule(runner, branch=args.branch, every_s=every, suite_path=suite_path, once=args.once, fetch=args.fetch, timeout=args.timeout)
+        out = run_schedule(
+            runner,
+            branch=args.branch,
+            every_s=every,
+            suite_path=suite_path,
+            once=args.once,
+            fetch=args.fetch,
+            timeout=args.timeout,
+        )
     finally:
         ws.close()
     return BenchExit.REGRESSION if out is not None and out.status is RoundStatus.REGRESSION else BenchExit.OK
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--suite", help="suite YAML (default: the shipped default suite, a3r/bench/suites/default.yaml)")
-    p.add_argument("--repo", default=".", help="git checkout of the project whose commits are measured (default .)")
-    p.add_argument("--env", choices=["current", "venv"], default="current",
-                   help="current: this interpreter runs every commit; venv: one virtualenv per dependency-file hash")
+    p.add_argument(
+        "--suite", help="suite YAML (default: the shipped default suite, a3r/bench/suites/default.yaml)"
+    )
+    p.add_argument(
+        "--repo", default=".", help="git checkout of the project whose commits are measured (default .)"
+    )
+    p.add_argument(
+        "--env",
+        choices=["current", "venv"],
+        default="current",
+        help="current: this interpreter runs every commit; venv: one virtualenv per dependency-file hash",
+    )
     p.add_argument("--timeout", type=float, help="give up waiting for runs after this many seconds")
 
 
 def add_bench_commands(sub, parents: list[argparse.ArgumentParser] = ()) -> None:
     """Register `a3r bench` and its subcommands on the `a3r` parser's subparsers; `parents` (the global
     --workspace/--db options) are accepted after each subcommand too."""
-    b = sub.add_parser("bench", help="regression benchmarks across commits (run, compare, check, bisect, report, schedule)")
+    b = sub.add_parser(
+        "bench", help="regression benchmarks across commits (run, compare, check, bisect, report, schedule)"
+    )
     _add = b.add_subparsers(dest="bench_cmd", required=True)
 
     class _Sub:  # every subcommand gets the global options
@@ -238,7 +275,9 @@ def add_bench_commands(sub, parents: list[argparse.ArgumentParser] = ()) -> None
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_compare)
 
-    s = bsub.add_parser("check", help="measure and compare a commit with its baseline; exit 1 on a confirmed regression")
+    s = bsub.add_parser(
+        "check", help="measure and compare a commit with its baseline; exit 1 on a confirmed regression"
+    )
     _common(s)
     s.add_argument("--commit", help="candidate (default HEAD)")
     s.add_argument("--baseline", help="baseline (default: the newest other measured commit)")
@@ -264,7 +303,9 @@ def add_bench_commands(sub, parents: list[argparse.ArgumentParser] = ()) -> None
     s.add_argument("--branch", default="main")
     s.add_argument("--once", action="store_true", help="one round now, then exit (what cron runs)")
     s.add_argument("--fetch", action="store_true", help="git fetch before each round")
-    s.add_argument("--print-cron", action="store_true", help="print a crontab line for one round per period and exit")
+    s.add_argument(
+        "--print-cron", action="store_true", help="print a crontab line for one round per period and exit"
+    )
     s.set_defaults(fn=cmd_schedule)
 
 

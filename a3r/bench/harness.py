@@ -76,7 +76,9 @@ class _Relay:
                 out.append(raw.decode("utf-8", "replace"))  # A3R's parser counts it as corrupt
                 continue
             if isinstance(rec, dict):
-                stamp = Series.STEP_T if Series.REWARD in rec else Series.EVAL_T if Series.EVAL in rec else None
+                stamp = (
+                    Series.STEP_T if Series.REWARD in rec else Series.EVAL_T if Series.EVAL in rec else None
+                )
                 if stamp is not None:
                     rec[stamp] = now
                 if isinstance(rec.get("step"), (int, float)):
@@ -97,7 +99,16 @@ def _job_command(bench: dict, cfg: dict, work: Path, seed: int) -> list[str]:
         job["seed"] = seed
         job.setdefault("swarm", {}).setdefault("model", {})["seed"] = seed
         (work / "job.yaml").write_text(json.dumps(job, indent=2))  # JSON is YAML
-        return [sys.executable, "-m", "engine.cli", "train", "--config", str(work / "job.yaml"), "--run-dir", str(work)]
+        return [
+            sys.executable,
+            "-m",
+            "engine.cli",
+            "train",
+            "--config",
+            str(work / "job.yaml"),
+            "--run-dir",
+            str(work),
+        ]
     if kind == "throughput":
         spec = {**cfg["probe"], "model": cfg["model"], "seed": seed, "out": str(work / "metrics.jsonl")}
         (work / "probe.json").write_text(json.dumps(spec, indent=2))
@@ -134,7 +145,10 @@ def main(argv: list[str]) -> int:
     peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # Linux: KiB
     summary = {"step": relay.last_step, Series.PEAK_RSS: peak_mb, Series.JOB_WALL: wall, Series.LOAD: load}
     _append(dest, [json.dumps(summary)])
-    print(f"bench harness: job exited {proc.returncode} after {wall:.1f} s, peak RSS {peak_mb:.0f} MB", flush=True)
+    print(
+        f"bench harness: job exited {proc.returncode} after {wall:.1f} s, peak RSS {peak_mb:.0f} MB",
+        flush=True,
+    )
     return proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
 
 

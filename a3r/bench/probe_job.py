@@ -28,7 +28,9 @@ def _episode(client, i: int, calls: int, max_tokens: int) -> tuple[list[float], 
         oa = ep.openai(max_retries=0)
         for _ in range(calls):
             t = time.perf_counter()
-            r = oa.chat.completions.create(model=ep.model, messages=PROMPT, max_tokens=max_tokens, temperature=1.0)
+            r = oa.chat.completions.create(
+                model=ep.model, messages=PROMPT, max_tokens=max_tokens, temperature=1.0
+            )
             latencies.append((time.perf_counter() - t) * 1000)
             tokens += r.usage.completion_tokens if r.usage else 0
         ep.end(reward=0.0)
@@ -44,14 +46,18 @@ def main(argv: list[str]) -> int:
     server = ServerProcess(None, log_path=out.with_name("server.log"))
     try:
         with server.client("probe") as client:
-            client.configure(SwarmConfig.model_validate({"model": {"name": spec["model"], "seed": spec["seed"]}}))
+            client.configure(
+                SwarmConfig.model_validate({"model": {"name": spec["model"], "seed": spec["seed"]}})
+            )
             client.start(wait=True)
             if spec["warmup_calls"]:
                 _episode(client, -1, spec["warmup_calls"], spec["max_tokens"])
             n = spec["episodes"]
             t0 = time.perf_counter()
             with ThreadPoolExecutor(n) as pool:
-                results = list(pool.map(lambda i: _episode(client, i, spec["calls"], spec["max_tokens"]), range(n)))
+                results = list(
+                    pool.map(lambda i: _episode(client, i, spec["calls"], spec["max_tokens"]), range(n))
+                )
             wall = time.perf_counter() - t0
     finally:
         server.stop()

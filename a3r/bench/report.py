@@ -23,7 +23,14 @@ import numpy as np
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from a3r.bench import figures
-from a3r.bench.check import CheckResult, Finding, HistoryChange, compare_commits, history_change_points, values_by_cell
+from a3r.bench.check import (
+    CheckResult,
+    Finding,
+    HistoryChange,
+    compare_commits,
+    history_change_points,
+    values_by_cell,
+)
 from a3r.bench.stats import Verdict, worse_sign
 from a3r.bench.store import measurements
 from a3r.bench.suite import Suite
@@ -85,7 +92,9 @@ def _num(x: float | None) -> str:
     return f"{x:.4g}"
 
 
-def _table(findings: list[Finding], confirmed: set[tuple[str, str]], rechecked: set[tuple[str, str]]) -> list[TableRow]:
+def _table(
+    findings: list[Finding], confirmed: set[tuple[str, str]], rechecked: set[tuple[str, str]]
+) -> list[TableRow]:
     rows = []
     for f in findings:
         c = f.comparison
@@ -116,7 +125,10 @@ def _failed_runs(store: Store, suite: Suite) -> list[str]:
     except KeyError:
         return []
     bad = [RunState.FAILED, RunState.TIMED_OUT, RunState.STALE]
-    return [f"{r.name} (run {r.id}): {r.state} {r.message}".strip() for r in store.runs(campaign_id=camp.id, states=bad)]
+    return [
+        f"{r.name} (run {r.id}): {r.state} {r.message}".strip()
+        for r in store.runs(campaign_id=camp.id, states=bad)
+    ]
 
 
 def build_report(store: Store, suite: Suite, check_result: CheckResult | None = None) -> BenchReport:
@@ -164,7 +176,11 @@ def build_report(store: Store, suite: Suite, check_result: CheckResult | None = 
             + " (confirmed by rerun)."
             if check_result.regressed
             else f"No confirmed regression of {cand[:10]} against {base[:10]}"
-            + (f" ({len(check_result.suspected)} suspected, not confirmed by rerun)." if check_result.suspected else ".")
+            + (
+                f" ({len(check_result.suspected)} suspected, not confirmed by rerun)."
+                if check_result.suspected
+                else "."
+            )
         )
     else:
         headline = (
@@ -237,7 +253,9 @@ def _write(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def write_report(store: Store, suite: Suite, out_dir: str | Path, check_result: CheckResult | None = None) -> dict[str, Any]:
+def write_report(
+    store: Store, suite: Suite, out_dir: str | Path, check_result: CheckResult | None = None
+) -> dict[str, Any]:
     """Build the report and write report.md (+ figures/), report.html and report.json into `out_dir`."""
     out = Path(out_dir)
     (out / "figures").mkdir(parents=True, exist_ok=True)
@@ -257,12 +275,24 @@ def write_report(store: Store, suite: Suite, out_dir: str | Path, check_result: 
         "candidate": rep.candidate,
         "table": [vars(t) for t in rep.table],
         "changes": [
-            {"benchmark": c.benchmark, "metric": c.metric, "commit": c.commit, "before": c.point.before,
-             "after": c.point.after, "p": c.point.p_value, "regression": c.regression}
+            {
+                "benchmark": c.benchmark,
+                "metric": c.metric,
+                "commit": c.commit,
+                "before": c.point.before,
+                "after": c.point.after,
+                "p": c.point.p_value,
+                "regression": c.regression,
+            }
             for c in rep.changes
         ],
         "commits": [vars(c) for c in rep.commits],
         "failed": rep.failed,
     }
     _write(out / "report.json", json.dumps(summary, indent=2).encode())
-    return {"markdown": str(out / "report.md"), "html": str(out / "report.html"), "json": str(out / "report.json"), "figures": sorted(pngs)}
+    return {
+        "markdown": str(out / "report.md"),
+        "html": str(out / "report.html"),
+        "json": str(out / "report.json"),
+        "figures": sorted(pngs),
+    }

@@ -29,7 +29,7 @@ from a3r.bench import harness
 from a3r.bench.checkout import CommitInfo, Env, EnvMode, checkout, prepare_env
 from a3r.bench.metrics import compute_metrics
 from a3r.bench.store import Measurement, attempt_series, record_run
-from a3r.bench.suite import Benchmark, BenchKind, Suite
+from a3r.bench.suite import BenchKind, Benchmark, Suite
 from a3r.blueprints import Blueprint, Budget
 from a3r.states import RunState
 from a3r.store import Run
@@ -143,7 +143,9 @@ class BenchRunner:
             name=f"{bench.name}@{commit.short}" + (f"-r{rnd}" if rnd else ""),
         )
 
-    def submit(self, commits: Sequence[CommitInfo], *, benchmarks: Sequence[str] | None = None, rnd: int = 0) -> list[Run]:
+    def submit(
+        self, commits: Sequence[CommitInfo], *, benchmarks: Sequence[str] | None = None, rnd: int = 0
+    ) -> list[Run]:
         """Add (or find) the runs of the chosen benchmarks at every commit; nothing waits here."""
         chosen = [self.suite.benchmark(n) for n in benchmarks] if benchmarks else list(self.suite.benchmarks)
         camp = self.ws.create_campaign(f"bench-{self.suite.name}", goal=f"regression suite {self.suite.name}")
@@ -151,7 +153,9 @@ class BenchRunner:
         for commit in commits:
             tree, env = self.prepare(commit)
             stage = self.ws.create_stage(camp.id, f"{commit.short}-r{rnd}", purpose=commit.subject)
-            runs += self.ws.add_blueprints(stage.id, [self.blueprint(b, commit, rnd, tree, env) for b in chosen])
+            runs += self.ws.add_blueprints(
+                stage.id, [self.blueprint(b, commit, rnd, tree, env) for b in chosen]
+            )
         return runs
 
     # -- waiting and collecting ----------------------------------------------------------------------

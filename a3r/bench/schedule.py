@@ -91,12 +91,16 @@ class RoundOutcome:
     report: str | None = None
 
 
-def run_round(runner: BenchRunner, branch: str, *, fetch: bool = False, timeout: float | None = None) -> RoundOutcome:
+def run_round(
+    runner: BenchRunner, branch: str, *, fetch: bool = False, timeout: float | None = None
+) -> RoundOutcome:
     """One scheduled round (see the module docstring)."""
     if fetch:
         import subprocess
 
-        p = subprocess.run(["git", "-C", str(runner.repo), "fetch", "--quiet"], capture_output=True, text=True)
+        p = subprocess.run(
+            ["git", "-C", str(runner.repo), "fetch", "--quiet"], capture_output=True, text=True
+        )
         if p.returncode != 0:
             raise BenchError(f"git fetch failed: {p.stderr.strip()}")
     newest = commit_info(runner.repo, branch)
@@ -128,7 +132,9 @@ def _commit_of(runner: BenchRunner, sha: str):
     try:
         return commit_info(runner.repo, sha)
     except BenchError as e:
-        raise BenchError(f"the last measured commit {sha[:10]} is not in {runner.repo} any more: {e}") from None
+        raise BenchError(
+            f"the last measured commit {sha[:10]} is not in {runner.repo} any more: {e}"
+        ) from None
 
 
 def run_schedule(
@@ -158,7 +164,9 @@ def run_schedule(
             try:
                 last = run_round(runner, branch, fetch=fetch, timeout=timeout)
                 row.last_commit, row.last_status = last.commit, last.status.value
-                runner.say(f"[bench schedule] {last.message}" + (f"; report {last.report}" if last.report else ""))
+                runner.say(
+                    f"[bench schedule] {last.message}" + (f"; report {last.report}" if last.report else "")
+                )
             except BenchError as e:
                 row.last_status = f"error: {e}"[:500]
                 runner.say(f"[bench schedule] round failed: {e}")

@@ -131,7 +131,16 @@ def compare_metric(
     sign = worse_sign(spec.direction)
     if a.size < 2 or b.size < 2:
         return MetricComparison(
-            spec.name, spec.unit, spec.direction, base_i, cand_i, delta, rel, None, threshold, Verdict.INCONCLUSIVE
+            spec.name,
+            spec.unit,
+            spec.direction,
+            base_i,
+            cand_i,
+            delta,
+            rel,
+            None,
+            threshold,
+            Verdict.INCONCLUSIVE,
         )
     p_worse = _one_sided_p(a, b, sign, test)
 
@@ -214,7 +223,9 @@ def detect_change_points(
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
     if n_perm + 1 < 1 / alpha:
-        raise ValueError(f"n_perm={n_perm} cannot reach p <= {alpha}; use at least {math.ceil(1 / alpha) - 1}")
+        raise ValueError(
+            f"n_perm={n_perm} cannot reach p <= {alpha}; use at least {math.ceil(1 / alpha) - 1}"
+        )
     if any(len(g) == 0 for g in groups):
         raise ValueError("every commit needs at least one value (leave unmeasured commits out)")
     sums_C = np.array([float(np.sum(g)) for g in groups])

@@ -99,9 +99,7 @@ def record_run(store: Store, rows: Sequence[Measurement], jsonl: Path | None = N
     if len(run_ids) != 1:
         raise ValueError(f"record_run takes the rows of one run, got runs {sorted(run_ids)}")
     with write_tx(store.engine) as s:
-        have = set(
-            s.exec(select(BenchMeasurement.metric).where(BenchMeasurement.run_id == rows[0].run_id))
-        )
+        have = set(s.exec(select(BenchMeasurement.metric).where(BenchMeasurement.run_id == rows[0].run_id)))
         new = [r for r in rows if r.metric not in have]
         for r in new:
             s.add(

@@ -140,17 +140,23 @@ class MetricSpec(_Frozen):
         object.__setattr__(self, "unit", self.unit or unit)
         object.__setattr__(self, "direction", self.direction or direction)
         if not _NAME.match(self.name):
-            raise ValueError(f"metric name {self.name!r}: use letters, digits, _ and -, starting with a letter")
+            raise ValueError(
+                f"metric name {self.name!r}: use letters, digits, _ and -, starting with a letter"
+            )
         return self
 
 
 class ProbeConfig(_Frozen):
     """A throughput probe: E concurrent eval episodes of `calls` chat calls each (no training)."""
 
-    episodes: int = Field(16, ge=1, le=512, description="Episodes in flight at once (the server batches them).")
+    episodes: int = Field(
+        16, ge=1, le=512, description="Episodes in flight at once (the server batches them)."
+    )
     calls: int = Field(4, ge=1, le=64, description="Sequential chat calls per episode.")
     max_tokens: int = Field(8, ge=1, le=1024, description="Completion budget per call.")
-    warmup_calls: int = Field(2, ge=0, description="Calls made and discarded before timing (first-call costs).")
+    warmup_calls: int = Field(
+        2, ge=0, description="Calls made and discarded before timing (first-call costs)."
+    )
 
 
 class Benchmark(_Frozen):
@@ -158,10 +164,14 @@ class Benchmark(_Frozen):
 
     name: str = Field(description="Unique within the suite; used in tables, run names and file names.")
     kind: BenchKind = BenchKind.TRAIN
-    task: str = Field("arithmetic", description="train: a built-in engine task (arithmetic, countdown, calculator).")
+    task: str = Field(
+        "arithmetic", description="train: a built-in engine task (arithmetic, countdown, calculator)."
+    )
     model: str = Field("tiny", description="Model name as the engine takes it (tiny, smollm2-135m, a path).")
     steps: int = Field(2, ge=1, description="train: optimizer steps (swarm.training.max_steps).")
-    seeds: list[int] = Field([0, 1, 2], min_length=1, description="One run per seed; at least 2 for any test.")
+    seeds: list[int] = Field(
+        [0, 1, 2], min_length=1, description="One run per seed; at least 2 for any test."
+    )
     config: dict[str, Any] = Field(
         default_factory=dict,
         description="train: further TrainJob fields (eval_size, max_tokens, swarm: {...}); task, model, "
@@ -242,7 +252,10 @@ class Suite(_Frozen):
     alpha: float = Field(0.05, gt=0, lt=0.5, description="False-alarm rate of each test (per metric).")
     test: StatTest = Field(StatTest.WELCH, description="Significance test over seeds.")
     confirm_reruns: int = Field(
-        1, ge=0, le=3, description="A suspected regression is rerun (fresh seeds) this many times; every rerun must agree."
+        1,
+        ge=0,
+        le=3,
+        description="A suspected regression is rerun (fresh seeds) this many times; every rerun must agree.",
     )
     benchmarks: list[Benchmark] = Field(min_length=1)
 
@@ -264,7 +277,9 @@ class Suite(_Frozen):
         for b in self.benchmarks:
             if b.name == name:
                 return b
-        raise ConfigError(f"suite {self.name} has no benchmark {name!r}; it has {[b.name for b in self.benchmarks]}")
+        raise ConfigError(
+            f"suite {self.name} has no benchmark {name!r}; it has {[b.name for b in self.benchmarks]}"
+        )
 
     def metric(self, benchmark: str, metric: str) -> MetricSpec:
         for m in self.benchmark(benchmark).metrics:
@@ -273,9 +288,7 @@ class Suite(_Frozen):
         raise ConfigError(f"benchmark {benchmark} has no metric {metric!r}")
 
     def content_hash(self) -> str:
-        return hashlib.sha256(
-            json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()
-        ).hexdigest()
+        return hashlib.sha256(json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()
 
 
 def load_suite(path: str | Path | None = None) -> Suite:

@@ -61,7 +61,10 @@ def repo(tmp_path_factory) -> Path:
     """engine/ and pyproject.toml of this checkout in a fresh repository: 'good', then 'slow'."""
     root = tmp_path_factory.mktemp("bench-repo") / "project"
     files = subprocess.run(
-        ["git", "-C", str(PROJECT), "ls-files", "engine", "pyproject.toml"], capture_output=True, text=True, check=True
+        ["git", "-C", str(PROJECT), "ls-files", "engine", "pyproject.toml"],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.split()
     for f in files:
         (root / f).parent.mkdir(parents=True, exist_ok=True)
@@ -81,7 +84,11 @@ def _a3r(ws: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(PROJECT), "OMP_NUM_THREADS": "1"}
     return subprocess.run(
         [sys.executable, "-m", "a3r", "--workspace", str(ws), "bench", *args],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=400,
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
     )
 
 
@@ -89,8 +96,18 @@ def test_check_finds_confirms_and_reports_a_planted_slowdown(repo, tmp_path, mak
     ws = make_ws(slots=2, heartbeat_s=1.0)  # fast clocks, tmux torn down by the fixture
     suite_file = tmp_path / "suite.yaml"
     suite_file.write_text(SUITE)
-    p = _a3r(ws.root, "check", "--commit", "HEAD", "--baseline", "HEAD~1", "--suite", str(suite_file),
-             "--report", cwd=repo)
+    p = _a3r(
+        ws.root,
+        "check",
+        "--commit",
+        "HEAD",
+        "--baseline",
+        "HEAD~1",
+        "--suite",
+        str(suite_file),
+        "--report",
+        cwd=repo,
+    )
     assert p.returncode == 1, p.stdout + p.stderr
     assert "REGRESSION confirmed on 1 metric" in p.stdout, p.stdout
     assert "seconds_per_step" in p.stdout and "CONFIRMED" in p.stdout
@@ -101,7 +118,10 @@ def test_check_finds_confirms_and_reports_a_planted_slowdown(repo, tmp_path, mak
     assert len(rows) == 2 * 2 * 3 * 2
     assert {(m.commit, m.round) for m in rows} == {(good.sha, 0), (slow.sha, 0), (good.sha, 1), (slow.sha, 1)}
     assert sorted({m.seed for m in rows if m.round == 1}) == [1000, 1001], "a rerun uses fresh seeds"
-    sps = {c: [m.value for m in rows if m.commit == c and m.metric == "seconds_per_step"] for c in (good.sha, slow.sha)}
+    sps = {
+        c: [m.value for m in rows if m.commit == c and m.metric == "seconds_per_step"]
+        for c in (good.sha, slow.sha)
+    }
     assert min(sps[slow.sha]) > max(sps[good.sha]) + 2.0, sps  # the 3 s sleep is in every slow step
     assert all(m.versions.get("python") and m.host == "local" for m in rows)
     lines = [json.loads(x) for x in (ws.root / "bench" / "results.jsonl").read_text().splitlines()]

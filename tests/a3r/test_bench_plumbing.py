@@ -16,7 +16,15 @@ from a3r.bench.check import bisect_first_bad
 from a3r.bench.checkout import EnvMode, checkout, env_key, prepare_env, resolve_commits
 from a3r.bench.report import write_report
 from a3r.bench.schedule import cron_line, next_due, parse_every, schedule_command
-from a3r.bench.store import Measurement, export_jsonl, get_schedule, measured_commits, measurements, record_run, save_schedule
+from a3r.bench.store import (
+    Measurement,
+    export_jsonl,
+    get_schedule,
+    measured_commits,
+    measurements,
+    record_run,
+    save_schedule,
+)
 from a3r.bench.suite import SUITES_DIR, load_suite
 from a3r.exceptions import BenchError
 from a3r.store import Store, migrate, schema_version
@@ -32,7 +40,9 @@ def _commit(repo: Path, msg: str, **files: str) -> str:
         (repo / name).write_text(text)
     subprocess.run([*GIT, "-C", str(repo), "add", "-A"], check=True)
     subprocess.run([*GIT, "-C", str(repo), "commit", "-qm", msg], check=True)
-    return subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    return subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
 
 
 @pytest.fixture
@@ -75,9 +85,23 @@ def test_worktrees_and_environment_keys(repo, tmp_path):
 
 def _row(run_id: int, metric: str, commit: str = "c" * 40, value: float = 1.0) -> Measurement:
     return Measurement(
-        suite="s", benchmark="b", metric=metric, value=value, unit="s", direction="lower", commit=commit,
-        commit_time=1.0, subject="x", round=0, seed=0, host="local", versions={"python": "3"},
-        run_id=run_id, attempt_id=run_id, ts=0.0, data={},
+        suite="s",
+        benchmark="b",
+        metric=metric,
+        value=value,
+        unit="s",
+        direction="lower",
+        commit=commit,
+        commit_time=1.0,
+        subject="x",
+        round=0,
+        seed=0,
+        host="local",
+        versions={"python": "3"},
+        run_id=run_id,
+        attempt_id=run_id,
+        ts=0.0,
+        data={},
     )
 
 
@@ -87,10 +111,21 @@ def test_results_are_recorded_once_and_mirrored_to_jsonl(tmp_path):
 
     ws = Workspace(tmp_path / "ws")
     st = ws.create_stage(ws.create_campaign("c").id, "s")
-    bp = Blueprint(purpose="p", hypothesis="h", task="t", seeds=[0, 1], budget=Budget(steps=1, wall_time_s=9),
-                   metrics=["m"], success_criteria="c", launch_command="true")
+    bp = Blueprint(
+        purpose="p",
+        hypothesis="h",
+        task="t",
+        seeds=[0, 1],
+        budget=Budget(steps=1, wall_time_s=9),
+        metrics=["m"],
+        success_criteria="c",
+        launch_command="true",
+    )
     runs = ws.add_blueprints(st.id, [bp])
-    att = [ws.store.dispatch(r.id, host="local", slot=str(i), run_dir=str(tmp_path), config_json="{}") for i, r in enumerate(runs)]
+    att = [
+        ws.store.dispatch(r.id, host="local", slot=str(i), run_dir=str(tmp_path), config_json="{}")
+        for i, r in enumerate(runs)
+    ]
     jsonl = tmp_path / "r.jsonl"
     rows = [_row(runs[0].id, m) for m in ("x", "y")]
     rows = [Measurement(**{**vars(r), "attempt_id": att[0].id}) for r in rows]
@@ -162,7 +197,9 @@ def test_report_on_an_empty_store(tmp_path):
 
 def _a3r(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(PROJECT)}
-    return subprocess.run([sys.executable, "-m", "a3r", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "a3r", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60
+    )
 
 
 def test_cli_errors_name_the_fix(repo, tmp_path):

@@ -97,9 +97,7 @@ def test_noise_alone_alarms_at_most_at_the_stated_rate():
     """400 histories of pure noise: the alarm count must be consistent with alpha = 0.05
     (binomial(400, 0.05) exceeds 32 with probability < 0.5%)."""
     rng = np.random.default_rng(7)
-    alarms = sum(
-        bool(detect_change_points(_history(rng), alpha=0.05, seed=i, n_perm=99)) for i in range(400)
-    )
+    alarms = sum(bool(detect_change_points(_history(rng), alpha=0.05, seed=i, n_perm=99)) for i in range(400))
     assert alarms <= 32, f"{alarms}/400 false alarms at alpha 0.05"
     assert alarms >= 5, f"only {alarms}/400 alarms: the test is far more conservative than stated"
 

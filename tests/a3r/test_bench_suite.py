@@ -11,7 +11,12 @@ from a3r.exceptions import ConfigError
 
 def test_shipped_suites_load():
     default = load_suite()
-    assert [b.name for b in default.benchmarks] == ["arithmetic", "calculator-merge", "countdown", "server-throughput"]
+    assert [b.name for b in default.benchmarks] == [
+        "arithmetic",
+        "calculator-merge",
+        "countdown",
+        "server-throughput",
+    ]
     assert default.benchmark("server-throughput").kind is BenchKind.THROUGHPUT
     assert default.metric("arithmetic", "seconds_per_step").direction is Direction.LOWER
     assert load_suite(SUITES_DIR / "tiny.yaml").benchmarks[0].model == "tiny"
@@ -29,14 +34,25 @@ def test_bad_suites_name_the_problem(tmp_path):
         load_suite(_write(tmp_path, "name: s\nbenchmarks: [{name: a, metrics: [{kind: final_reward}]}]\n"))
     with pytest.raises(ConfigError, match="cannot come from a throughput benchmark"):
         load_suite(
-            _write(tmp_path, "name: s\nbenchmarks: [{name: a, kind: throughput, metrics: [{kind: final_reward, min_effect: 1}]}]\n")
+            _write(
+                tmp_path,
+                "name: s\nbenchmarks: [{name: a, kind: throughput, metrics: [{kind: final_reward, min_effect: 1}]}]\n",
+            )
         )
     with pytest.raises(ConfigError, match="not a valid engine TrainJob"):
         load_suite(
-            _write(tmp_path, "name: s\nbenchmarks: [{name: a, config: {eval_sise: 3}, metrics: [{kind: final_reward, min_effect: 1}]}]\n")
+            _write(
+                tmp_path,
+                "name: s\nbenchmarks: [{name: a, config: {eval_sise: 3}, metrics: [{kind: final_reward, min_effect: 1}]}]\n",
+            )
         )
     with pytest.raises(ConfigError, match="must not set"):
-        load_suite(_write(tmp_path, "name: s\nbenchmarks: [{name: a, config: {seed: 3}, metrics: [{kind: final_reward, min_effect: 1}]}]\n"))
+        load_suite(
+            _write(
+                tmp_path,
+                "name: s\nbenchmarks: [{name: a, config: {seed: 3}, metrics: [{kind: final_reward, min_effect: 1}]}]\n",
+            )
+        )
     with pytest.raises(ConfigError, match="cannot read suite"):
         load_suite(tmp_path / "missing.yaml")
 
