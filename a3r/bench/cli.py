@@ -51,6 +51,7 @@ def _setup(args, *, create: bool = True):
 
 def cmd_run(args) -> int:
     from a3r.bench.checkout import resolve_commits
+    from a3r.bench.store import measured_commits
 
     ws, suite, runner = _setup(args)
     try:
@@ -58,20 +59,18 @@ def cmd_run(args) -> int:
         _say(
             f"suite {suite.name}: {len(commits)} commit(s) {', '.join(c.short for c in commits)}; workspace {ws.root}"
         )
-        res = runner.run(commits, benchmarks=args.benchmark or None, timeout=args.timeout)
+        runner.run(commits, benchmarks=args.benchmark or None, timeout=args.timeout)
+        measured = set(measured_commits(ws.store, suite.name))
     finally:
         ws.close()
-    return (
-        BenchExit.ERROR
-        if res.failed and not res.recorded and not _measured_any(runner, commits)
-        else BenchExit.OK
-    )
-
-
-def _measured_any(runner, commits) -> bool:
-    from a3r.bench.store import measurements
-
-    return bool(measurements(runner.ws.store, suite=runner.suite.name, commits=[c.sha for c in commits]))
+    missing = [c.short for c in commits if c.sha not in measured]
+    if missing:
+        print(
+            f"a3r: error: no benchmark succeeded at {', '.join(missing)}; see `a3r --workspace {ws.root} runs`",
+            file=sys.stderr,
+        )
+        return BenchExit.ERROR
+    return BenchExit.OK
 
 
 def _print_findings(findings, *, confirmed=()) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -36,6 +35,7 @@ from a3r.bench.store import measurements
 from a3r.bench.suite import Suite
 from a3r.states import RunState
 from a3r.store import Store
+from a3r.worker.files import write_bytes_atomic
 
 __all__ = ["BenchReport", "build_report", "write_report"]
 
@@ -247,12 +247,6 @@ def _env(autoescape: bool) -> Environment:
     return env
 
 
-def _write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-
-
 def write_report(
     store: Store, suite: Suite, out_dir: str | Path, check_result: CheckResult | None = None
 ) -> dict[str, Any]:
@@ -262,11 +256,11 @@ def write_report(
     rep = build_report(store, suite, check_result)
     pngs = _figures(store, suite, rep)
     for name, png in pngs.items():
-        _write(out / "figures" / name, png)
+        write_bytes_atomic(out / "figures" / name, png)
     rep.figures = {name: name for name in pngs}
     ctx = {"r": rep, "images": {k: base64.b64encode(v).decode() for k, v in pngs.items()}}
-    _write(out / "report.md", _env(False).get_template("report.md.j2").render(ctx).encode())
-    _write(out / "report.html", _env(True).get_template("report.html.j2").render(ctx).encode())
+    write_bytes_atomic(out / "report.md", _env(False).get_template("report.md.j2").render(ctx).encode())
+    write_bytes_atomic(out / "report.html", _env(True).get_template("report.html.j2").render(ctx).encode())
     summary = {
         "suite": rep.suite,
         "headline": rep.headline,
@@ -289,7 +283,7 @@ def write_report(
         "commits": [vars(c) for c in rep.commits],
         "failed": rep.failed,
     }
-    _write(out / "report.json", json.dumps(summary, indent=2).encode())
+    write_bytes_atomic(out / "report.json", json.dumps(summary, indent=2).encode())
     return {
         "markdown": str(out / "report.md"),
         "html": str(out / "report.html"),

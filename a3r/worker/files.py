@@ -7,7 +7,15 @@ import json
 import os
 from pathlib import Path
 
-__all__ = ["HEARTBEAT_FILE", "LOG_FILE", "METRICS_FILE", "RESULT_FILE", "SPEC_FILE", "write_json_atomic"]
+__all__ = [
+    "HEARTBEAT_FILE",
+    "LOG_FILE",
+    "METRICS_FILE",
+    "RESULT_FILE",
+    "SPEC_FILE",
+    "write_bytes_atomic",
+    "write_json_atomic",
+]
 
 SPEC_FILE = "attempt.json"
 LOG_FILE = "log.txt"
@@ -16,9 +24,14 @@ HEARTBEAT_FILE = "heartbeat.json"
 RESULT_FILE = "result.json"
 
 
-def write_json_atomic(path: str | Path, data: dict) -> None:
-    """Write JSON via temp file + rename: a reader sees the old or the new file, never a torn one."""
+def write_bytes_atomic(path: str | Path, data: bytes) -> None:
+    """Write via temp file + rename: a reader sees the old or the new file, never a torn one."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data))
+    tmp.write_bytes(data)
     os.replace(tmp, path)
+
+
+def write_json_atomic(path: str | Path, data: dict) -> None:
+    """Write JSON atomically (see `write_bytes_atomic`)."""
+    write_bytes_atomic(path, json.dumps(data).encode())

@@ -140,6 +140,22 @@ def test_check_finds_confirms_and_reports_a_planted_slowdown(repo, tmp_path, mak
     assert len(measurements(ws.store, suite="e2e")) == len(rows)
     assert len((ws.root / "bench" / "results.jsonl").read_text().splitlines()) == len(rows)
 
+    # bisect over the two commits reuses the stored runs: the slow one is the first bad commit
+    p = _a3r(
+        ws.root,
+        "bisect",
+        "HEAD~1",
+        "HEAD",
+        "--benchmark",
+        "arith",
+        "--metric",
+        "seconds_per_step",
+        "--suite",
+        str(suite_file),
+        cwd=repo,
+    )
+    assert p.returncode == 0 and f"first bad commit: {slow.sha} slow" in p.stdout, p.stdout + p.stderr
+
     # the schedule skips a measured newest commit and keeps its state in the store
     p = _a3r(ws.root, "schedule", "--once", "--branch", "main", "--suite", str(suite_file), cwd=repo)
     assert p.returncode == 0 and "already measured" in p.stdout, p.stdout + p.stderr

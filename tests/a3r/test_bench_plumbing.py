@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from a3r.api import Workspace
 from a3r.bench.check import bisect_first_bad
 from a3r.bench.checkout import EnvMode, checkout, env_key, prepare_env, resolve_commits
 from a3r.bench.report import write_report
@@ -26,6 +27,7 @@ from a3r.bench.store import (
     save_schedule,
 )
 from a3r.bench.suite import SUITES_DIR, load_suite
+from a3r.blueprints import Blueprint, Budget
 from a3r.exceptions import BenchError
 from a3r.store import Store, migrate, schema_version
 from a3r.store.db import make_engine
@@ -105,37 +107,38 @@ def _row(run_id: int, metric: str, commit: str = "c" * 40, value: float = 1.0) -
     )
 
 
-def test_results_are_recorded_once_and_mirrored_to_jsonl(tmp_path):
-    from a3r.api import Workspace
-    from a3r.blueprints import Blueprint, Budget
-
-    ws = Workspace(tmp_path / "ws")
+def _dispatched(ws, tmp_path, seeds) -> list[tuple[int, int]]:
+    """(run id, attempt id) of one dispatched attempt per seed: rows for measurements to point at."""
     st = ws.create_stage(ws.create_campaign("c").id, "s")
     bp = Blueprint(
         purpose="p",
         hypothesis="h",
         task="t",
-        seeds=[0, 1],
+        seeds=list(seeds),
         budget=Budget(steps=1, wall_time_s=9),
         metrics=["m"],
         success_criteria="c",
         launch_command="true",
     )
-    runs = ws.add_blueprints(st.id, [bp])
-    att = [
-        ws.store.dispatch(r.id, host="local", slot=str(i), run_dir=str(tmp_path), config_json="{}")
-        for i, r in enumerate(runs)
-    ]
+    out = []
+    for i, r in enumerate(ws.add_blueprints(st.id, [bp])):
+        a = ws.store.dispatch(r.id, host="local", slot=str(i), run_dir=str(tmp_path), config_json="{}")
+        out.append((r.id, a.id))
+    return out
+
+
+def test_results_are_recorded_once_and_mirrored_to_jsonl(tmp_path):
+    ws = Workspace(tmp_path / "ws")
+    (run_a, att_a), (run_b, _) = _dispatched(ws, tmp_path, [0, 1])
     jsonl = tmp_path / "r.jsonl"
-    rows = [_row(runs[0].id, m) for m in ("x", "y")]
-    rows = [Measurement(**{**vars(r), "attempt_id": att[0].id}) for r in rows]
+    rows = [Measurement(**{**vars(_row(run_a, m)), "attempt_id": att_a}) for m in ("x", "y")]
     assert record_run(ws.store, rows, jsonl) == 2
     assert record_run(ws.store, rows, jsonl) == 0
     assert len(jsonl.read_text().splitlines()) == 2
     assert [m.metric for m in measurements(ws.store, suite="s")] == ["x", "y"]
     assert measured_commits(ws.store, "s") == ["c" * 40]
     with pytest.raises(ValueError, match="one run"):
-        record_run(ws.store, [rows[0], Measurement(**{**vars(rows[0]), "run_id": runs[1].id})])
+        record_run(ws.store, [rows[0], Measurement(**{**vars(rows[0]), "run_id": run_b})])
     out = tmp_path / "export.jsonl"
     assert export_jsonl(ws.store, out) == 2 and json.loads(out.read_text().splitlines()[0])["metric"] == "x"
     ws.close()
@@ -217,3 +220,63 @@ def test_cli_errors_name_the_fix(repo, tmp_path):
     assert p.returncode == 2 and "at least a minute" in p.stderr
     p = _a3r(*ws, "bench", "compare", "HEAD~1", "HEAD", "--suite", str(SUITES_DIR / "tiny.yaml"), cwd=r)
     assert p.returncode == 2 and "a3r bench run --commit" in p.stderr
+
+
+def test_schedule_state_survives_a_restart(repo, tmp_path):
+    """A restarted schedule reads its last round from the store: not due -> it only sleeps; due -> a round
+    (here a skip: the newest commit is measured) is recorded before the next sleep."""
+    import time
+
+    from a3r.bench.runner import BenchRunner
+    from a3r.bench.schedule import run_schedule
+
+    r, shas = repo
+    ws = Workspace(tmp_path / "ws")
+    runner = BenchRunner(ws, load_suite(SUITES_DIR / "tiny.yaml"), r, say=lambda _m: None)
+    name = "tiny@main"
+    save_schedule(
+        ws.store,
+        BenchSchedule(
+            name=name,
+            repo=str(r),
+            branch="main",
+            suite_path="t",
+            every_s=3600,
+            last_run_at=time.time() - 60,
+            last_commit=shas[1],
+        ),
+    )
+    naps = []
+
+    class Stop(Exception):
+        pass
+
+    def sleep(s):
+        naps.append(s)
+        raise Stop
+
+    with pytest.raises(Stop):
+        run_schedule(runner, branch="main", every_s=3600, suite_path="t", sleep=sleep)
+    assert naps and 1 <= naps[0] <= 300, "not due for another 59 minutes: it only sleeps"
+    assert get_schedule(ws.store, name).last_commit == shas[1]
+
+    # due now, and the newest commit already has a measurement: the round is a skip, recorded
+    ((run_id, att_id),) = _dispatched(ws, tmp_path, [0])
+    m = _row(run_id, "x", commit=shas[2])
+    record_run(ws.store, [Measurement(**{**vars(m), "suite": "tiny", "attempt_id": att_id})])
+    save_schedule(
+        ws.store,
+        BenchSchedule(
+            name=name,
+            repo=str(r),
+            branch="main",
+            suite_path="t",
+            every_s=3600,
+            last_run_at=time.time() - 7200,
+        ),
+    )
+    with pytest.raises(Stop):
+        run_schedule(runner, branch="main", every_s=3600, suite_path="t", sleep=sleep)
+    row = get_schedule(ws.store, name)
+    assert row.last_status == "skipped" and row.last_commit == shas[2] and time.time() - row.last_run_at < 60
+    ws.close()
