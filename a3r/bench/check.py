@@ -25,7 +25,7 @@ from a3r.bench.stats import (
 )
 from a3r.bench.store import Measurement, measurements
 from a3r.bench.suite import Suite
-from a3r.exceptions import ConfigError
+from a3r.exceptions import BenchError, ConfigError
 from a3r.store import Store
 
 __all__ = [
@@ -142,6 +142,10 @@ def check(
     """Measure both commits if needed, compare them, and confirm each suspected regression by rerunning
     its benchmark on both commits with fresh seeds (`suite.confirm_reruns` times; all must agree)."""
     suite, store = runner.suite, runner.ws.store
+    if baseline.sha == candidate.sha:
+        raise BenchError(
+            f"baseline and candidate are the same commit {candidate.short}; give another --baseline"
+        )
     runner.run([baseline, candidate], timeout=timeout)
     res = CheckResult(baseline.sha, candidate.sha)
     res.findings = compare_commits(store, suite, baseline.sha, candidate.sha)

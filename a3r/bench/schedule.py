@@ -28,7 +28,7 @@ from a3r.bench.checkout import commit_info
 from a3r.bench.report import write_report
 from a3r.bench.runner import BenchRunner
 from a3r.bench.store import get_schedule, measured_commits, measurements, save_schedule
-from a3r.exceptions import BenchError
+from a3r.exceptions import A3RError, BenchError
 from a3r.store.models import BenchSchedule
 
 __all__ = [
@@ -167,7 +167,7 @@ def run_schedule(
                 runner.say(
                     f"[bench schedule] {last.message}" + (f"; report {last.report}" if last.report else "")
                 )
-            except BenchError as e:
+            except (A3RError, TimeoutError) as e:  # a failed round is recorded; the schedule goes on
                 row.last_status = f"error: {e}"[:500]
                 runner.say(f"[bench schedule] round failed: {e}")
                 if once:

@@ -5,7 +5,6 @@ store, and the CLI's error paths. Real git repositories and real SQLite files in
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -34,7 +33,6 @@ from a3r.store.db import make_engine
 from a3r.store.models import BenchSchedule
 
 GIT = ["git", "-c", "user.email=b@t", "-c", "user.name=b"]
-PROJECT = Path(__file__).resolve().parents[2]
 
 
 def _commit(repo: Path, msg: str, **files: str) -> str:
@@ -198,28 +196,33 @@ def test_report_on_an_empty_store(tmp_path):
     st.close()
 
 
-def _a3r(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(PROJECT)}
-    return subprocess.run(
-        [sys.executable, "-m", "a3r", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60
-    )
+def test_cli_errors_name_the_fix(repo, tmp_path, monkeypatch, capsys):
+    """The real `a3r` entry point, in-process (the e2e tests run it as a subprocess)."""
+    from a3r.cli import main
 
-
-def test_cli_errors_name_the_fix(repo, tmp_path):
     r, _ = repo
+    monkeypatch.chdir(r)
     ws = ["--workspace", str(tmp_path / "ws")]
-    p = _a3r(*ws, "bench", "check", "--suite", str(SUITES_DIR / "tiny.yaml"), cwd=r)
-    assert p.returncode == 2 and "no measured commit to compare" in p.stderr and "--baseline" in p.stderr
-    p = _a3r(*ws, "bench", "run", "--commit=--upload-pack=x", cwd=r)
-    assert p.returncode == 2 and "invalid revision" in p.stderr, p.stderr
+    tiny = str(SUITES_DIR / "tiny.yaml")
+
+    def a3r(*args: str) -> tuple[int, str]:
+        code = main(list(args))
+        return code, capsys.readouterr().err
+
+    code, err = a3r(*ws, "bench", "check", "--suite", tiny)
+    assert code == 2 and "no measured commit to compare" in err and "--baseline" in err
+    code, err = a3r(*ws, "bench", "run", "--commit=--upload-pack=x")
+    assert code == 2 and "invalid revision" in err
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\nbenchmarks: []\n")
-    p = _a3r(*ws, "bench", "run", "--suite", str(bad), cwd=r)
-    assert p.returncode == 2 and "benchmarks" in p.stderr and "Traceback" not in p.stderr
-    p = _a3r("bench", "schedule", "--every", "2s", cwd=r)
-    assert p.returncode == 2 and "at least a minute" in p.stderr
-    p = _a3r(*ws, "bench", "compare", "HEAD~1", "HEAD", "--suite", str(SUITES_DIR / "tiny.yaml"), cwd=r)
-    assert p.returncode == 2 and "a3r bench run --commit" in p.stderr
+    code, err = a3r(*ws, "bench", "run", "--suite", str(bad))
+    assert code == 2 and "benchmarks" in err
+    code, err = a3r(*ws, "bench", "check", "--baseline", "HEAD", "--suite", tiny)
+    assert code == 2 and "same commit" in err
+    code, err = a3r("bench", "schedule", "--every", "2s")
+    assert code == 2 and "at least a minute" in err
+    code, err = a3r(*ws, "bench", "compare", "HEAD~1", "HEAD", "--suite", tiny)
+    assert code == 2 and "a3r bench run --commit" in err
 
 
 def test_schedule_state_survives_a_restart(repo, tmp_path):
