@@ -237,18 +237,13 @@ def test_schedule_state_survives_a_restart(repo, tmp_path):
     ws = Workspace(tmp_path / "ws")
     runner = BenchRunner(ws, load_suite(SUITES_DIR / "tiny.yaml"), r, say=lambda _m: None)
     name = "tiny@main"
-    save_schedule(
-        ws.store,
-        BenchSchedule(
-            name=name,
-            repo=str(r),
-            branch="main",
-            suite_path="t",
-            every_s=3600,
-            last_run_at=time.time() - 60,
-            last_commit=shas[1],
-        ),
-    )
+
+    def last_round(ago: float, commit: str = "") -> None:  # what a process that died left in the store
+        row = BenchSchedule(name=name, repo=str(r), branch="main", suite_path="t", every_s=3600)
+        row.last_run_at, row.last_commit = time.time() - ago, commit
+        save_schedule(ws.store, row)
+
+    last_round(60, shas[1])
     naps = []
 
     class Stop(Exception):
@@ -267,17 +262,7 @@ def test_schedule_state_survives_a_restart(repo, tmp_path):
     ((run_id, att_id),) = _dispatched(ws, tmp_path, [0])
     m = _row(run_id, "x", commit=shas[2])
     record_run(ws.store, [Measurement(**{**vars(m), "suite": "tiny", "attempt_id": att_id})])
-    save_schedule(
-        ws.store,
-        BenchSchedule(
-            name=name,
-            repo=str(r),
-            branch="main",
-            suite_path="t",
-            every_s=3600,
-            last_run_at=time.time() - 7200,
-        ),
-    )
+    last_round(7200)
     with pytest.raises(Stop):
         run_schedule(runner, branch="main", every_s=3600, suite_path="t", sleep=sleep)
     row = get_schedule(ws.store, name)
