@@ -92,7 +92,7 @@ def _a3r(ws: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
-def test_check_finds_confirms_and_reports_a_planted_slowdown(repo, tmp_path, make_ws):
+def test_check_finds_confirms_and_reports_a_planted_slowdown(repo, tmp_path, make_ws, monkeypatch, capsys):
     ws = make_ws(slots=2, heartbeat_s=1.0)  # fast clocks, tmux torn down by the fixture
     suite_file = tmp_path / "suite.yaml"
     suite_file.write_text(SUITE)
@@ -134,31 +134,28 @@ def test_check_finds_confirms_and_reports_a_planted_slowdown(repo, tmp_path, mak
     assert "data:image/png;base64," in html and "<script" not in html
     assert json.loads((report / "report.json").read_text())["regressed"] is True
 
-    # measuring the same range again finds every run done: nothing new in the store or the file
-    p = _a3r(ws.root, "run", "--commits", "HEAD~1..HEAD", "--suite", str(suite_file), cwd=repo)
-    assert p.returncode == 0 and "0 new measurements" in p.stdout, p.stdout + p.stderr
+    # The follow-ups find every run done, so they run in this process (no second interpreter start-up).
+    def a3r(*args: str) -> tuple[int, str]:
+        from a3r.cli import main
+
+        code = main(["--workspace", str(ws.root), "bench", *args, "--suite", str(suite_file)])
+        out = capsys.readouterr()
+        return code, out.out + out.err
+
+    monkeypatch.chdir(repo)
+    # measuring the same range again: nothing new in the store or the file
+    code, out = a3r("run", "--commits", "HEAD~1..HEAD")
+    assert code == 0 and "0 new measurements" in out, out
     assert len(measurements(ws.store, suite="e2e")) == len(rows)
     assert len((ws.root / "bench" / "results.jsonl").read_text().splitlines()) == len(rows)
 
     # bisect over the two commits reuses the stored runs: the slow one is the first bad commit
-    p = _a3r(
-        ws.root,
-        "bisect",
-        "HEAD~1",
-        "HEAD",
-        "--benchmark",
-        "arith",
-        "--metric",
-        "seconds_per_step",
-        "--suite",
-        str(suite_file),
-        cwd=repo,
-    )
-    assert p.returncode == 0 and f"first bad commit: {slow.sha} slow" in p.stdout, p.stdout + p.stderr
+    code, out = a3r("bisect", "HEAD~1", "HEAD", "--benchmark", "arith", "--metric", "seconds_per_step")
+    assert code == 0 and f"first bad commit: {slow.sha} slow" in out, out
 
-    # the schedule skips a measured newest commit and keeps its state in the store
-    p = _a3r(ws.root, "schedule", "--once", "--branch", "main", "--suite", str(suite_file), cwd=repo)
-    assert p.returncode == 0 and "already measured" in p.stdout, p.stdout + p.stderr
+    # the schedule skips a measured newest commit
+    code, out = a3r("schedule", "--once", "--branch", "main")
+    assert code == 0 and "already measured" in out, out
 
 
 PROBE = """
