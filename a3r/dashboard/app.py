@@ -75,6 +75,8 @@ def _flat_run_rows(table: dict[str, Any]) -> list[dict[str, Any]]:
 
 def report_dir(reports_dir: Path, campaign: str) -> Path | None:
     """`<reports_dir>/<campaign>` when it holds a report (a campaign name can never lead outside it)."""
+    if campaign in ("", ".", "..") or "/" in campaign or "\\" in campaign:
+        return None  # only a plain name is a folder of reports_dir
     base = reports_dir.resolve()
     d = (base / campaign).resolve()
     if d.parent != base or not (d / "report.html").is_file():
