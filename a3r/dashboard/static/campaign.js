@@ -176,12 +176,12 @@
     const weight = Number(smoothIn.value) || 0;
     const group = groupSel.value;
     const have = cache.get(metric) || new Map();
-    const runs = plotted().filter((r) => have.has(r.id));
+    const runs = plotted().filter((r) => have.has(r.id) && have.get(r.id).points.length);
     const series = [];
     if (group) {
       const groups = new Map();
       for (const r of runs) {
-        const key = `${group}=${fmt(r.config[group])}`;
+        const key = `${group}=${String(r.config[group])}`; // the exact value: groups must not merge by rounding
         if (!groups.has(key)) groups.set(key, []);
         groups.get(key).push(A3R.smooth(have.get(r.id).points, weight));
       }
@@ -217,7 +217,8 @@
     const data = await getJSON(url("/api/campaign", { ws, id }));
     table = data;
     drawHeader(data);
-    setOptions(metricSel, data.metrics, state.get("metric", data.metrics[0] || ""), false);
+    const primary = data.rows.length ? data.rows[0].metric : data.metrics[0] || ""; // the blueprint's first metric
+    setOptions(metricSel, data.metrics, state.get("metric", primary), false);
     setOptions(groupSel, data.columns, state.get("group"), true);
     setOptions(stateSel, [...new Set(data.rows.map((r) => r.state))].sort(), state.get("state"), true);
     drawTable();

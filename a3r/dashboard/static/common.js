@@ -18,7 +18,7 @@ const A3R = (() => {
       else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
       else node.setAttribute(k, v === true ? "" : String(v));
     }
-    for (const c of children.flat()) {
+    for (const c of children.flat(Infinity)) {
       if (c === null || c === undefined || c === false) continue;
       node.append(c instanceof Node ? c : document.createTextNode(String(c)));
     }
@@ -26,7 +26,7 @@ const A3R = (() => {
   }
 
   function replace(node, ...children) {
-    node.replaceChildren(...children.flat().filter((c) => c !== null && c !== undefined && c !== false));
+    node.replaceChildren(...children.flat(Infinity).filter((c) => c !== null && c !== undefined && c !== false));
   }
 
   async function getJSON(url) {
