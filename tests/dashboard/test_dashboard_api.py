@@ -170,6 +170,16 @@ def test_bench_matrix_flags_changes_beyond_the_repeats_noise(client):
     assert bench_matrix([]) == {"commits": [], "benchmarks": [], "cells": [], "regressions": []}
 
 
+def test_an_unreachable_swarm_server_is_a_502_with_the_reason(seeded):
+    from tests_support import free_port
+
+    cfg = build_config(workspace=seeded.empty, swarm=[{"url": f"http://127.0.0.1:{free_port()}"}])
+    with TestClient(create_app(cfg), base_url="http://127.0.0.1") as c:
+        r = c.get("/api/swarm/0/episodes")
+        assert r.status_code == 502 and "cannot reach swarm server" in r.json()["error"]["message"]
+        assert c.get("/swarm?s=0").status_code == 200 and c.get("/swarm?s=1").status_code == 404
+
+
 def test_an_empty_workspace_shows_no_campaign(seeded):
     with TestClient(create_app(build_config(workspace=seeded.empty)), base_url="http://127.0.0.1") as c:
         data = _ok(c, "/api/overview")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+import httpx
 import pytest
 
 from a3r.dashboard import build_config
@@ -179,5 +180,50 @@ def test_benchmark_heatmap_and_empty_workspace(page, dash, seeded):
         expect(page.locator("#no-campaigns")).to_contain_text("No campaign yet")
         page.goto(empty.url + "/bench")
         expect(page.locator("#bench-empty")).to_be_visible()
+        page.goto("about:blank")
     finally:
         empty.close()
+
+
+def test_swarm_server_page_state_pool_metrics_and_tokens(page, live_server, tmp_path):
+    from tests_support import ADMIN_TOKEN
+
+    from engine.config import SwarmConfig
+
+    srv = live_server(SwarmConfig(pool={"policy": "task_count", "batch_size": 1, "group_size": 2}))
+    msgs = [{"role": "user", "content": "2+2?"}]
+    with srv.client("math-client") as c:
+        for task, r in (("a", 1.0), ("a", 0.0), ("b", 0.5)):
+            with c.episode(task) as ep:
+                ep.openai().chat.completions.create(model=ep.model, messages=msgs, max_tokens=4)
+                ep.end(r)
+            if task == "a" and r == 0.0:
+                c.wait_for_step(1, timeout=60)  # the two "a" episodes trained; "b" stays pooled
+    dash = LiveDashboard(build_config(workspace=tmp_path, swarm=[{"url": srv.url, "token": ADMIN_TOKEN}], refresh_s=0.5))
+    try:
+        page.goto(dash.url + "/swarm?s=0")
+        expect(page.locator("#states li.current")).to_have_text("ROLLING")
+        expect(page.locator("dd[data-fact='global step']")).to_have_text("1")
+        expect(page.locator("#last-metrics tr[data-metric='step_time_s']")).to_be_visible()
+        expect(page.locator("#episode option")).to_have_count(1)
+        expect(page.locator("#episode-facts")).to_contain_text("task b · client math-client · reward 0.5")
+        trainable = page.locator(".block.trainable")
+        expect(trainable.first).to_be_visible()
+        n = int(trainable.first.get_attribute("data-tokens"))
+        assert 1 <= n <= 5, "a reply of at most 4 sampled tokens (and its end-of-turn token)"
+        expect(trainable.first.locator(".cell.trainable")).to_have_count(n)
+        assert "logprob" in trainable.first.locator(".cell").first.get_attribute("title")
+        expect(page.locator(".block.author-user, .block[data-trainable='0']").first).to_be_visible()
+        page.wait_for_function(
+            "() => echarts.getInstanceByDom(document.getElementById('pool-tasks')).getOption().series[0].data[0] === 1"
+        )
+        page.goto("about:blank")  # stop polling before the dashboard goes away
+    finally:
+        dash.close()
+    # a wrong admin token is a 502 that says so (checked over HTTP: the browser logs any 5xx as an error)
+    bad = LiveDashboard(build_config(workspace=tmp_path, swarm=[{"url": srv.url, "token": "not-the-token"}]))
+    try:
+        r = httpx.get(bad.url + "/api/swarm/0/status")
+        assert r.status_code == 502 and "refused the admin token" in r.json()["error"]["message"]
+    finally:
+        bad.close()
