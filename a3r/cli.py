@@ -524,7 +524,9 @@ def build_parser(*, with_leader: bool = True, goal_submit: bool = False) -> argp
         help="access token, 16+ characters (default $A3R_DASHBOARD_TOKEN); required off loopback",
     )
     s.add_argument("--reports", default="reports", help="where campaign reports are (default ./reports)")
-    s.add_argument("--swarm", action="append", default=[], metavar="URL", help="a swarm server to show (repeatable)")
+    s.add_argument(
+        "--swarm", action="append", default=[], metavar="URL", help="a swarm server to show (repeatable)"
+    )
     s.add_argument(
         "--swarm-token",
         default=os.environ.get("SWARM_ADMIN_TOKEN"),

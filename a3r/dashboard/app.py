@@ -64,13 +64,30 @@ def _csv(rows: list[dict[str, Any]]) -> str:
     w = csv.DictWriter(buf, fieldnames=keys, lineterminator="\n")
     w.writeheader()
     for row in rows:
-        w.writerow({k: ("'" + v if isinstance(v, str) and v and v[0] in "=+-@\t\r" else v) for k, v in row.items()})
+        w.writerow(
+            {k: ("'" + v if isinstance(v, str) and v and v[0] in "=+-@\t\r" else v) for k, v in row.items()}
+        )
     return buf.getvalue()
 
 
 def _flat_run_rows(table: dict[str, Any]) -> list[dict[str, Any]]:
-    keep = ("id", "name", "stage", "state", "seed", "attempts", "host", "metric", "step", "steps", "last", "best")
-    return [{k: r[k] for k in keep} | {f"config.{k}": v for k, v in r["config"].items()} for r in table["rows"]]
+    keep = (
+        "id",
+        "name",
+        "stage",
+        "state",
+        "seed",
+        "attempts",
+        "host",
+        "metric",
+        "step",
+        "steps",
+        "last",
+        "best",
+    )
+    return [
+        {k: r[k] for k in keep} | {f"config.{k}": v for k, v in r["config"].items()} for r in table["rows"]
+    ]
 
 
 def report_dir(reports_dir: Path, campaign: str) -> Path | None:
@@ -105,8 +122,13 @@ def create_app(cfg: DashboardConfig) -> FastAPI:
         if request.url.path.startswith("/api/"):
             return JSONResponse({"error": {"message": message, "status": status}}, status_code=status)
         body = _PAGES.get_template("error.html").render(
-            title=f"Error {status}", page="error", data={}, refresh_ms=0, servers=swarm.listing(),
-            status=status, message=message,
+            title=f"Error {status}",
+            page="error",
+            data={},
+            refresh_ms=0,
+            servers=swarm.listing(),
+            status=status,
+            message=message,
         )
         return HTMLResponse(body, status_code=status)
 
@@ -124,7 +146,9 @@ def create_app(cfg: DashboardConfig) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def _val(request: Request, e: RequestValidationError):
-        parts = [f"{'.'.join(str(p) for p in err['loc'] if p != 'query')}: {err['msg']}" for err in e.errors()]
+        parts = [
+            f"{'.'.join(str(p) for p in err['loc'] if p != 'query')}: {err['msg']}" for err in e.errors()
+        ]
         return _error(request, 400, "; ".join(parts) or "invalid request")
 
     # -- pages ----------------------------------------------------------------------------------------
@@ -155,7 +179,9 @@ def create_app(cfg: DashboardConfig) -> FastAPI:
         if d is None:
             raise NotFound(f"campaign {camp.name!r} has no report in {cfg.reports_dir}/{camp.name}/ yet")
         # the report is self-contained HTML: shown sandboxed, with no script and nothing fetched
-        headers = {"Content-Security-Policy": "sandbox; default-src 'none'; img-src data:; style-src 'unsafe-inline'"}
+        headers = {
+            "Content-Security-Policy": "sandbox; default-src 'none'; img-src data:; style-src 'unsafe-inline'"
+        }
         return HTMLResponse((d / "report.html").read_text(), headers=headers)
 
     @app.get("/swarm", response_class=HTMLResponse)
@@ -220,7 +246,9 @@ def create_app(cfg: DashboardConfig) -> FastAPI:
             raise NotFound(f"no export {what}.{fmt}; use runs.csv, runs.json, metrics.csv or metrics.json")
         src = sources.get(ws)
         name = src.store.get_campaign(id).name
-        rows = _flat_run_rows(run_table(src, id, time.time())) if what == "runs" else metric_export_rows(src, id)
+        rows = (
+            _flat_run_rows(run_table(src, id, time.time())) if what == "runs" else metric_export_rows(src, id)
+        )
         filename = f"{name}-{what}.{fmt}".replace('"', "")
         headers = {"Content-Disposition": f'attachment; filename="{filename}"'}
         if fmt == "json":

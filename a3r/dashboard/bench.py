@@ -54,7 +54,9 @@ def bench_matrix(results: Iterable[BenchResult]) -> dict[str, Any]:
             prev, last = seen[-2], seen[-1]
             change = (means[last] - means[prev]) / abs(means[prev]) if means[prev] else None
             # noise: the repeats' own spread within each commit (a shift between commits must not count)
-            within = [statistics.stdev(values[(bench, c)]) for c in (prev, last) if len(values[(bench, c)]) > 1]
+            within = [
+                statistics.stdev(values[(bench, c)]) for c in (prev, last) if len(values[(bench, c)]) > 1
+            ]
             noise = statistics.fmean(within) if within else None
             worse = (means[last] > means[prev]) if lower_is_better(bench) else (means[last] < means[prev])
             if noise is None:

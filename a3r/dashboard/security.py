@@ -49,7 +49,8 @@ def install_security(app: FastAPI, cfg: DashboardConfig) -> None:
     async def guard(request: Request, call_next):
         if cfg.loopback and not is_loopback(request.url.hostname or ""):
             response = _denied(
-                400, f"Host {request.url.hostname!r} is not a loopback name; open http://127.0.0.1:{cfg.port}/"
+                400,
+                f"Host {request.url.hostname!r} is not a loopback name; open http://127.0.0.1:{cfg.port}/",
             )
         elif cfg.token and not (
             _same(request.cookies.get(COOKIE), cfg.token)
@@ -62,8 +63,9 @@ def install_security(app: FastAPI, cfg: DashboardConfig) -> None:
                 response.set_cookie(COOKIE, cfg.token, httponly=True, samesite="strict", path="/")
             else:
                 response = _denied(
-                    401, "this dashboard needs its token: open it once as /?token=<token>, or send "
-                    "'Authorization: Bearer <token>'"
+                    401,
+                    "this dashboard needs its token: open it once as /?token=<token>, or send "
+                    "'Authorization: Bearer <token>'",
                 )
         else:
             response = await call_next(request)

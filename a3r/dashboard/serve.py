@@ -20,7 +20,8 @@ def build_config(**values: Any) -> DashboardConfig:
         return DashboardConfig.model_validate({k: v for k, v in values.items() if v is not None})
     except ValidationError as e:
         problems = "; ".join(
-            (f"{'.'.join(str(p) for p in err['loc'])}: " if err["loc"] else "") + err["msg"].removeprefix("Value error, ")
+            (f"{'.'.join(str(p) for p in err['loc'])}: " if err["loc"] else "")
+            + err["msg"].removeprefix("Value error, ")
             for err in e.errors()
         )
         raise ConfigError(f"dashboard settings are invalid: {problems}") from None

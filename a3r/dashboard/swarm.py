@@ -70,5 +70,7 @@ class SwarmProxy:
             t = by_task.setdefault(e["task_id"], {"episodes": 0, "rewards": set()})
             t["episodes"] += 1
             t["rewards"].add(e["reward"])
-        tasks = {k: {"episodes": v["episodes"], "distinct_rewards": len(v["rewards"])} for k, v in by_task.items()}
+        tasks = {
+            k: {"episodes": v["episodes"], "distinct_rewards": len(v["rewards"])} for k, v in by_task.items()
+        }
         return {"total": len(episodes), "by_task": tasks, "episodes": episodes[-limit:][::-1]}

@@ -80,7 +80,9 @@ class TelemetryOps:
         if not since:
             return {}
         keep = [
-            MetricPoint.run_id == rid if after is None else and_(MetricPoint.run_id == rid, MetricPoint.step > after)
+            MetricPoint.run_id == rid
+            if after is None
+            else and_(MetricPoint.run_id == rid, MetricPoint.step > after)
             for rid, after in since.items()
         ]
         q = (

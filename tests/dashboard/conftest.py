@@ -24,7 +24,9 @@ from a3r.config import HostSpec, SchedulerConfig, WorkspaceConfig
 from a3r.store import Store
 
 
-def bp(name: str, *, seeds, bs: int = 8, lr: float = 1e-5, steps: int = 10, metrics=("reward", "loss")) -> Blueprint:
+def bp(
+    name: str, *, seeds, bs: int = 8, lr: float = 1e-5, steps: int = 10, metrics=("reward", "loss")
+) -> Blueprint:
     return Blueprint(
         purpose=f"purpose of {name}",
         hypothesis="batch size matters",
@@ -64,21 +66,27 @@ def _start(store: Store, run_id: int, slot: str, run_dir: str, now: float):
 
 
 def _points(store: Store, att, run_seed: int, bs: int, steps: range, offset: int = 0) -> int:
-    pts = [(s, "reward", reward(run_seed, s, bs)) for s in steps] + [(s, "loss", 1.0 / (s + 1)) for s in steps]
+    pts = [(s, "reward", reward(run_seed, s, bs)) for s in steps] + [
+        (s, "loss", 1.0 / (s + 1)) for s in steps
+    ]
     assert store.ingest_metrics(att.id, pts, expected_offset=offset, new_offset=offset + len(pts))
     return offset + len(pts)
 
 
 def _finish(store: Store, run_id: int, att, state: str = "succeeded", **kw) -> None:
     assert store.finish_attempt(att.id, state, **kw)
-    assert store.settle_run(run_id, att.id, state if state != "stale" else "pending", message=kw.get("reason", ""))
+    assert store.settle_run(
+        run_id, att.id, state if state != "stale" else "pending", message=kw.get("reason", "")
+    )
 
 
 def seed_workspace(base: Path) -> Seeded:
     root, reports, empty = base / "ws", base / "reports", base / "empty"
     empty.mkdir(parents=True)
     # heartbeat every 10 min: stale after 20 min, so "fresh" heartbeats stay fresh however slow the tests
-    cfg = WorkspaceConfig(hosts=[HostSpec(name="local", slots=64)], scheduler=SchedulerConfig(heartbeat_s=600))
+    cfg = WorkspaceConfig(
+        hosts=[HostSpec(name="local", slots=64)], scheduler=SchedulerConfig(heartbeat_s=600)
+    )
     ws = Workspace.create(root, cfg)
     store = ws.store
     out = Seeded(root=root, reports=reports, empty=empty, store=store)
@@ -97,11 +105,17 @@ def seed_workspace(base: Path) -> Seeded:
             out.ids[f"run:{r.name}"] = r.id
     d = reports / "finished-study"
     d.mkdir(parents=True)
-    (d / "report.html").write_text("<!doctype html><title>r</title><h1 id='report-title'>Report of finished-study</h1>")
-    (d / "report.json").write_text(json.dumps({"answer": "The smallest batch size that trains is 2.", "conclusive": True}))
+    (d / "report.html").write_text(
+        "<!doctype html><title>r</title><h1 id='report-title'>Report of finished-study</h1>"
+    )
+    (d / "report.json").write_text(
+        json.dumps({"answer": "The smallest batch size that trains is 2.", "conclusive": True})
+    )
 
     # -- a live campaign -------------------------------------------------------------------------------
-    camp = store.create_campaign("live-study", goal="does the learning rate matter? <script>alert(1)</script>")
+    camp = store.create_campaign(
+        "live-study", goal="does the learning rate matter? <script>alert(1)</script>"
+    )
     out.ids["live"] = camp.id
     stage = store.create_stage(camp.id, "sweep", purpose="lr sweep")
     runs = store.add_blueprint(stage.id, bp("lr-hi", seeds=(1, 2, 3, 4, 5), bs=4, lr=1e-4))
@@ -120,17 +134,30 @@ def seed_workspace(base: Path) -> Seeded:
     att1 = _start(store, retried.id, str(next(slot)), str(root / "runs" / str(retried.id)), now - 50)
     _points(store, att1, retried.seed, 4, range(3))
     assert store.finish_attempt(att1.id, "stale", failure_kind="infrastructure", reason="tmux pane died")
-    assert store.settle_run(retried.id, att1.id, "pending", message="retry after infrastructure failure",
-                            next_fix="infrastructure: resume from checkpoint")
+    assert store.settle_run(
+        retried.id,
+        att1.id,
+        "pending",
+        message="retry after infrastructure failure",
+        next_fix="infrastructure: resume from checkpoint",
+    )
     att2 = _start(store, retried.id, str(next(slot)), str(root / "runs" / str(retried.id)), now)
     _points(store, att2, retried.seed, 4, range(2, 6))
     assert store.heartbeat(att2.id, now=now)
     # failed for good with a code error and its log tail
     att = _start(store, failed.id, str(next(slot)), str(root / "runs" / str(failed.id)), now - 40)
     _points(store, att, failed.seed, 4, range(2))
-    assert store.finish_attempt(att.id, "failed", exit_code=1, failure_kind="code_error", reason="exit code 1",
-                                log_tail="Traceback (most recent call last):\nZeroDivisionError: division by zero\n")
-    assert store.settle_run(failed.id, att.id, "failed", failure_kind="code_error", message="code error: exit code 1")
+    assert store.finish_attempt(
+        att.id,
+        "failed",
+        exit_code=1,
+        failure_kind="code_error",
+        reason="exit code 1",
+        log_tail="Traceback (most recent call last):\nZeroDivisionError: division by zero\n",
+    )
+    assert store.settle_run(
+        failed.id, att.id, "failed", failure_kind="code_error", message="code error: exit code 1"
+    )
     # running but silent: its heartbeat is older than the stale threshold
     att = _start(store, late.id, str(next(slot)), str(root / "runs" / str(late.id)), now - 3600)
     assert store.heartbeat(att.id, now=now - 3600)
@@ -151,8 +178,12 @@ def seed_workspace(base: Path) -> Seeded:
     out.ids["empty"] = store.create_campaign("planning-only", goal="not planned yet").id
     for i, commit in enumerate(("aaaaaaa1", "bbbbbbb2", "ccccccc3")):
         for rep in range(3):
-            store.add_bench_result("engine", "step_time", 1.0 + 0.5 * (i == 2) + 0.01 * rep, unit="s", commit=commit)
-            store.add_bench_result("engine", "episodes_per_s", 10.0 + i + 0.1 * rep, unit="1/s", commit=commit)
+            store.add_bench_result(
+                "engine", "step_time", 1.0 + 0.5 * (i == 2) + 0.01 * rep, unit="s", commit=commit
+            )
+            store.add_bench_result(
+                "engine", "episodes_per_s", 10.0 + i + 0.1 * rep, unit="1/s", commit=commit
+            )
 
     # -- a second workspace, where `a3r research` puts a campaign ------------------------------------------
     ws2 = Workspace.create(root / "campaigns" / "second", WorkspaceConfig())

@@ -40,7 +40,10 @@ def test_overview_lists_every_campaign_of_every_store_with_stage_progress(client
     assert set(by_name) == {"finished-study", "live-study", "many-runs", "planning-only", "second-study"}
     fin = by_name["finished-study"]
     assert (fin["status"], fin["report"], fin["done"], fin["total"]) == ("finished", True, 6, 6)
-    assert [(s["name"], s["done"], s["total"]) for s in fin["stages"]] == [("stage-0", 3, 3), ("stage-1", 3, 3)]
+    assert [(s["name"], s["done"], s["total"]) for s in fin["stages"]] == [
+        ("stage-0", 3, 3),
+        ("stage-1", 3, 3),
+    ]
     live = by_name["live-study"]
     assert live["status"] == "running" and live["counts"] == {"failed": 1, "pending": 2, "running": 3}
     assert by_name["planning-only"]["status"] == "empty" and by_name["planning-only"]["total"] == 0
@@ -135,7 +138,9 @@ def test_security_token_host_check_and_headers(seeded, capsys):
     app = create_app(build_config(workspace=seeded.root, host="0.0.0.0", token=TOKEN))
     with TestClient(app, base_url="http://dash.example") as c:
         assert c.get("/api/overview").status_code == 401
-        assert c.get("/api/overview", headers={"Authorization": "Bearer wrong-token-wrong"}).status_code == 401
+        assert (
+            c.get("/api/overview", headers={"Authorization": "Bearer wrong-token-wrong"}).status_code == 401
+        )
         assert c.get("/api/overview", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
         r = c.get(f"/campaign?ws=.&id=2&token={TOKEN}", follow_redirects=False)
         assert r.status_code == 303 and r.headers["location"] == "/campaign?ws=.&id=2", "token leaves the URL"

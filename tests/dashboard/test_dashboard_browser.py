@@ -70,7 +70,9 @@ def test_campaigns_page_shows_every_campaign_state_and_stage_progress(page, dash
     expect(live.locator(".status")).to_have_text("running")
     expect(live.locator(".goal")).to_have_text("does the learning rate matter? <script>alert(1)</script>")
     expect(page.locator("article[data-campaign='planning-only'] .status")).to_have_text("empty")
-    expect(page.locator("article[data-campaign='second-study']")).to_contain_text("workspace campaigns/second")
+    expect(page.locator("article[data-campaign='second-study']")).to_contain_text(
+        "workspace campaigns/second"
+    )
     expect(page.locator("#live")).to_contain_text("updated")
 
 
@@ -103,7 +105,9 @@ def test_live_campaign_table_sort_filter_and_curves_that_fetch_only_new_points(p
     )
     att = seeded.ids["running_attempt"]
     off = seeded.ids["running_offset"]
-    assert seeded.store.ingest_metrics(att, [(5, "reward", 0.9), (6, "reward", 0.95)], expected_offset=off, new_offset=off + 2)
+    assert seeded.store.ingest_metrics(
+        att, [(5, "reward", 0.9), (6, "reward", 0.95)], expected_offset=off, new_offset=off + 2
+    )
     seeded.ids["running_offset"] = off + 2
     page.wait_for_function(
         """() => echarts.getInstanceByDom(document.getElementById('curves')).getOption().series
@@ -199,7 +203,9 @@ def test_swarm_server_page_state_pool_metrics_and_tokens(page, live_server, tmp_
                 ep.end(r)
             if task == "a" and r == 0.0:
                 c.wait_for_step(1, timeout=60)  # the two "a" episodes trained; "b" stays pooled
-    dash = LiveDashboard(build_config(workspace=tmp_path, swarm=[{"url": srv.url, "token": ADMIN_TOKEN}], refresh_s=0.5))
+    dash = LiveDashboard(
+        build_config(workspace=tmp_path, swarm=[{"url": srv.url, "token": ADMIN_TOKEN}], refresh_s=0.5)
+    )
     try:
         page.goto(dash.url + "/swarm?s=0")
         expect(page.locator("#states li.current")).to_have_text("ROLLING")
