@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
-import threading
-import time
 
-import uvicorn
-from tests_support import free_port
+from tests_support import ThreadedUvicorn, free_port
 
 from a3r.dashboard import DashboardConfig, create_app
 
@@ -28,21 +25,12 @@ def chromium_path() -> str | None:
 
 
 class LiveDashboard:
-    """The dashboard app behind uvicorn on a loopback port, in a background thread."""
+    """The dashboard app on a loopback port, served in a background thread."""
 
     def __init__(self, cfg: DashboardConfig) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        app = create_app(cfg.model_copy(update={"port": self.port}))
-        self._uv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
-        self._thread = threading.Thread(target=self._uv.run, daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + 30
-        while not self._uv.started:
-            if time.monotonic() > deadline:
-                raise TimeoutError("dashboard did not start")
-            time.sleep(0.02)
+        self._http = ThreadedUvicorn(create_app(cfg.model_copy(update={"port": self.port})), self.port)
 
     def close(self) -> None:
-        self._uv.should_exit = True
-        self._thread.join(timeout=30)
+        self._http.close()

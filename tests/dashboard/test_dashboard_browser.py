@@ -51,6 +51,17 @@ def page(browser):
     assert not problems, problems
 
 
+def wait_series(page, chart_id: str, predicate: str) -> None:
+    """Wait until `predicate` (JS over `series`, the chart's series options) holds for an ECharts chart
+    (a chart that has no option yet counts as not yet)."""
+    page.wait_for_function(
+        f"""id => {{ const el = document.getElementById(id) || document.querySelector(id);
+             const c = el && echarts.getInstanceByDom(el); const o = c && c.getOption();
+             if (!o || !o.series) return false; const series = o.series; return !!({predicate}); }}""",
+        arg=chart_id,
+    )
+
+
 def series(page, chart_id: str):
     """[(name, number of points, last point)] of an ECharts chart on the page."""
     return page.evaluate(
@@ -100,27 +111,23 @@ def test_live_campaign_table_sort_filter_and_curves_that_fetch_only_new_points(p
     expect(rows).to_have_count(6)
     # curves: one line per run that logged the metric; then new points arrive and only they are fetched
     rid = seeded.run("lr-hi-s1")
-    page.wait_for_function(
-        "() => echarts.getInstanceByDom(document.getElementById('curves')).getOption().series.length === 3"
-    )
+    wait_series(page, "curves", "series.length === 3")
     att = seeded.ids["running_attempt"]
     off = seeded.ids["running_offset"]
     assert seeded.store.ingest_metrics(
         att, [(5, "reward", 0.9), (6, "reward", 0.95)], expected_offset=off, new_offset=off + 2
     )
     seeded.ids["running_offset"] = off + 2
-    page.wait_for_function(
-        """() => echarts.getInstanceByDom(document.getElementById('curves')).getOption().series
-              .some(s => s.name === 'lr-hi-s1' && s.data.length === 7 && s.data[6][1] === 0.95)"""
+    wait_series(
+        page,
+        "curves",
+        "series.some(s => s.name === 'lr-hi-s1' && s.data.length === 7 && s.data[6][1] === 0.95)",
     )
     assert any(f"runs={rid}%3A4" in u or f"runs={rid}:4" in u for u in asked), "asked only for steps after 4"
     # group by the learning rate: one mean line per value, with its interval band
     page.select_option("#group", "training.lr")
     expect(page).to_have_url(re.compile(r"group=training.lr"))
-    page.wait_for_function(
-        "() => echarts.getInstanceByDom(document.getElementById('curves')).getOption().series"
-        ".some(s => s.name === 'training.lr=0.0001 (n=3)')"
-    )
+    wait_series(page, "curves", "series.some(s => s.name === 'training.lr=0.0001 (n=3)')")
     mean = next(s for s in series(page, "curves") if s[0] == "training.lr=0.0001 (n=3)")
     assert mean[2] == [6, 0.95], "step 6 only has run lr-hi-s1"
 
@@ -135,10 +142,7 @@ def test_run_page_shows_attempts_retries_log_metrics_and_config(page, dash, seed
     expect(page.locator("#campaign-link")).to_have_text("live-study")
     expect(page.locator("#config")).to_contain_text('"lr": 0.0001')
     expect(page.locator("figure .chart[data-metric='reward']")).to_be_visible()
-    page.wait_for_function(
-        """() => { const c = echarts.getInstanceByDom(document.querySelector(".chart[data-metric='reward']"));
-                   return c && c.getOption().series[0].data.length === 6; }"""
-    )
+    wait_series(page, ".chart[data-metric='reward']", "series[0].data.length === 6")
     page.goto(f"{dash.url}/run?ws=.&id={seeded.run('lr-hi-s1')}")
     expect(page.locator("#log")).to_contain_text("live log line <b>not bold</b>")
     page.goto(f"{dash.url}/run?ws=.&id={seeded.run('lr-hi-s3')}")
@@ -162,9 +166,7 @@ def test_finished_campaign_report_and_many_runs_selection(page, dash, seeded):
     boxes.nth(0).check()
     boxes.nth(59).check()
     expect(page).to_have_url(re.compile(r"sel=\d+%2C\d+|sel=\d+,\d+"))
-    page.wait_for_function(
-        "() => echarts.getInstanceByDom(document.getElementById('curves')).getOption().series.length === 2"
-    )
+    wait_series(page, "curves", "series.length === 2")
     last = {s[0]: s[2] for s in series(page, "curves")}
     assert last["grid-bs2-s1"] == [7, reward(1, 7, 2)]
     page.fill("#filter", "bs8-s2")
@@ -175,9 +177,7 @@ def test_benchmark_heatmap_and_empty_workspace(page, dash, seeded):
     page.goto(dash.url + "/bench")
     expect(page.locator("tr[data-benchmark='engine/step_time'] .verdict")).to_have_text("regression")
     expect(page.locator("tr[data-benchmark='engine/episodes_per_s'] .verdict")).to_have_text("improvement")
-    page.wait_for_function(
-        "() => echarts.getInstanceByDom(document.getElementById('heatmap')).getOption().series[0].data.length === 6"
-    )
+    wait_series(page, "heatmap", "series[0].data.length === 6")
     empty = LiveDashboard(build_config(workspace=seeded.empty))
     try:
         page.goto(empty.url + "/")
@@ -220,9 +220,7 @@ def test_swarm_server_page_state_pool_metrics_and_tokens(page, live_server, tmp_
         expect(trainable.first.locator(".cell.trainable")).to_have_count(n)
         assert "logprob" in trainable.first.locator(".cell").first.get_attribute("title")
         expect(page.locator(".block.author-user, .block[data-trainable='0']").first).to_be_visible()
-        page.wait_for_function(
-            "() => echarts.getInstanceByDom(document.getElementById('pool-tasks')).getOption().series[0].data[0] === 1"
-        )
+        wait_series(page, "pool-tasks", "series[0].data[0] === 1")
         page.goto("about:blank")  # stop polling before the dashboard goes away
     finally:
         dash.close()
