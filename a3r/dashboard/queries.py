@@ -60,7 +60,8 @@ def campaign_summaries(src: Source) -> list[dict[str, Any]]:
             | stage_progress([r for r in mine if r.stage_id == st.id])
             for st in store.stages(camp.id)
         ]
-        live = any(r.state not in _TERMINAL for r in mine)
+        running = any(r.state in _ACTIVE for r in mine)
+        queued = any(r.state not in _TERMINAL for r in mine)
         out.append(
             {
                 "ws": src.key,
@@ -69,7 +70,9 @@ def campaign_summaries(src: Source) -> list[dict[str, Any]]:
                 "goal": camp.goal,
                 "created_at": camp.created_at,
                 "updated_at": max((r.updated_at for r in mine), default=camp.created_at),
-                "status": "running" if live else ("idle" if mine else "empty"),
+                # running: some run is dispatched or running; queued: only pending ones are left;
+                # idle: every run is final (the leader may still plan a stage); empty: no run yet
+                "status": "running" if running else "queued" if queued else "idle" if mine else "empty",
                 "stages": stages,
             }
             | stage_progress(mine)

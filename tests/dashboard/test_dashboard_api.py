@@ -47,7 +47,10 @@ def test_overview_lists_every_campaign_of_every_store_with_stage_progress(client
     live = by_name["live-study"]
     assert live["status"] == "running" and live["counts"] == {"failed": 1, "pending": 2, "running": 3}
     assert by_name["planning-only"]["status"] == "empty" and by_name["planning-only"]["total"] == 0
-    assert by_name["second-study"]["ws"] == "campaigns/second"
+    assert (by_name["second-study"]["ws"], by_name["second-study"]["status"]) == (
+        "campaigns/second",
+        "queued",
+    )
 
 
 def test_run_table_has_varying_config_liveness_and_last_best_values(client, seeded):
@@ -189,3 +192,40 @@ def test_an_empty_workspace_shows_no_campaign(seeded):
     with TestClient(create_app(build_config(workspace=seeded.empty)), base_url="http://127.0.0.1") as c:
         data = _ok(c, "/api/overview")
     assert data["campaigns"] == [] and data["sources"] == []
+
+
+def test_the_commands_serve_and_refuse_unsafe_binds(seeded, capsys):
+    """`a3r dashboard` as a real process answers over HTTP; `swarm dashboard` refuses an open bind."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+    from tests_support import free_port
+
+    from engine.cli import main as swarm_main
+
+    assert swarm_main(["dashboard", "--host", "0.0.0.0"]) == 2
+    assert "without a token" in capsys.readouterr().err
+    port = free_port()
+    cmd = [sys.executable, "-m", "a3r", "--workspace", str(seeded.root), "dashboard", "--port", str(port)]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ}, text=True
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                r = httpx.get(f"http://127.0.0.1:{port}/api/overview", timeout=5)
+                break
+            except httpx.TransportError:
+                assert proc.poll() is None and time.monotonic() < deadline, (
+                    proc.stdout.read() if proc.poll() else "timeout"
+                )
+                time.sleep(0.2)
+        assert r.status_code == 200 and len(r.json()["campaigns"]) == 5
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=30)
+    assert f"open http://127.0.0.1:{port}/" in out
