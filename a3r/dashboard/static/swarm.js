@@ -23,7 +23,7 @@
       xAxis: { type: "category", data: names, axisLabel: { rotate: names.length > 6 ? 30 : 0 } },
       yAxis: { type: "value", minInterval: 1, name: label },
       series: [{ type: "bar", name: label, data: values,
-        markLine: target ? { symbol: "none", data: [{ yAxis: target, name: "group size" }], label: { formatter: "group size" } } : undefined }],
+        markLine: target ? { symbol: "none", data: [{ yAxis: target }], label: { formatter: "group size", position: "insideEndTop" } } : undefined }],
     }, { replaceMerge: ["series"] });
   }
 
@@ -68,7 +68,7 @@
       tooltip: { trigger: "axis" },
       legend: { top: 0 },
       grid: { left: 45, right: 45, top: 30, bottom: 30 },
-      xAxis: { type: "time" },
+      xAxis: { type: "time", min: "dataMin", max: "dataMax" },
       yAxis: [{ type: "value", name: "episodes/s" }, { type: "value", name: "steps/min" }],
       series: [{ name: "episodes/s", type: "line", showSymbol: false, data: rates.episodes },
         { name: "steps/min", type: "line", yAxisIndex: 1, showSymbol: false, data: rates.steps }],
@@ -109,9 +109,9 @@
       el("h3", {}, `timeline ${i + 1} (call ${t.call_index})`), t.blocks.map(drawBlock))));
   }
 
-  function drawEpisodes(data) {
+  function drawEpisodes(data, groupSize) {
     const tasks = Object.entries(data.by_task).sort();
-    bars(taskChart, tasks.map((t) => t[0]), tasks.map((t) => t[1].episodes), null, "episodes");
+    bars(taskChart, tasks.map((t) => t[0]), tasks.map((t) => t[1].episodes), groupSize, "episodes");
     episodes = data.episodes;
     const key = episodes.map((e) => e.episode_id).join(",");
     if (key === shownKey) return; // unchanged: keep the reader's selection and scroll
@@ -128,8 +128,6 @@
     const st = await getJSON(`/api/swarm/${index}/status`);
     drawStatus(st);
     drawThroughput(st);
-    drawEpisodes(await getJSON(`/api/swarm/${index}/episodes?limit=20`));
-    // the group size is known from the status: mark it on the task chart
-    taskChart.setOption({ series: [{ markLine: { symbol: "none", data: [{ yAxis: st.pool.group_size }], label: { formatter: "group size" } } }] });
+    drawEpisodes(await getJSON(`/api/swarm/${index}/episodes?limit=20`), st.pool.group_size);
   });
 })();
