@@ -22,7 +22,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from jinja2 import Environment, PackageLoader
 
-from a3r.dashboard.bench import bench_matrix
+from a3r.dashboard.bench import bench_view
 from a3r.dashboard.config import DashboardConfig
 from a3r.dashboard.queries import campaign_summaries, metric_export_rows, run_detail, run_table
 from a3r.dashboard.security import install_security
@@ -257,8 +257,7 @@ def create_app(cfg: DashboardConfig) -> FastAPI:
 
     @app.get("/api/bench")
     def bench():
-        results = [r for src in sources.all() if src.store is not None for r in src.store.bench_results()]
-        return bench_matrix(results)
+        return bench_view(src.store for src in sources.all() if src.store is not None)
 
     @app.get("/api/swarm/{index}/status")
     async def swarm_status(index: int):

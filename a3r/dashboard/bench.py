@@ -1,8 +1,9 @@
 """The benchmark x commit view: every stored `BenchResult` as a matrix of benchmarks by commits, and a
 regression table of each benchmark's latest commit against the one before.
 
-`bench_matrix` is the only code that reads benchmark results for the dashboard, so when the benchmark
-store grows (noise-aware comparisons, more fields) this is the one function to adapt. Cells are the mean
+`bench_view` is the only code that reads benchmark results for the dashboard, and `bench_matrix` the only
+code that shapes them, so when the benchmark store grows (noise-aware comparisons, more fields) this
+module is the one place to adapt. Cells are the mean
 of a commit's repeats; the heatmap colour is that mean relative to the benchmark's median over commits,
 so benchmarks in different units share one scale. Whether up is good depends on the benchmark: the
 table shows the direction by name (see `lower_is_better`) and flags changes beyond twice the repeats'
@@ -17,9 +18,14 @@ from collections.abc import Iterable
 from typing import Any
 
 from a3r.dashboard.queries import lower_is_better
-from a3r.store import BenchResult
+from a3r.store import BenchResult, Store
 
-__all__ = ["bench_matrix"]
+__all__ = ["bench_matrix", "bench_view"]
+
+
+def bench_view(stores: Iterable[Store]) -> dict[str, Any]:
+    """The benchmark matrix over every result in `stores` (the `BenchResult` table of each)."""
+    return bench_matrix(r for store in stores for r in store.bench_results())
 
 
 def bench_matrix(results: Iterable[BenchResult]) -> dict[str, Any]:

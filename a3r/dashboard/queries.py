@@ -125,17 +125,18 @@ def run_table(src: Source, campaign_id: int, now: float) -> dict[str, Any]:
     }
     keys = sorted({k for cfg in configs.values() for k in cfg})
     columns = [k for k in keys if len({json.dumps(cfg.get(k)) for cfg in configs.values()}) > 1]
-    by_metric: dict[str, dict[int, None]] = defaultdict(dict)
+    attempts_of = {r.id: store.attempts(r.id) for r in runs}
+    by_metric: dict[str, dict[int, int]] = defaultdict(dict)
     for r in runs:
-        by_metric[bps[r.blueprint_id].primary_metric][r.id] = None
+        by_metric[bps[r.blueprint_id].primary_metric][r.id] = len(attempts_of[r.id])
     series: dict[int, list[tuple[int, float | None]]] = {}
-    for name, ids in by_metric.items():
-        series.update(store.metric_series_since(name, ids))
+    for name, counts in by_metric.items():
+        series.update(src.series.get(store, name, counts))
     steps = store.latest_steps([r.id for r in runs])
     rows = []
     for r in runs:
         bp = bps[r.blueprint_id]
-        attempts = store.attempts(r.id)
+        attempts = attempts_of[r.id]
         cur = next((a for a in attempts if a.id == r.current_attempt_id), None)
         points = series.get(r.id, [])
         values = [v for _s, v in points if v is not None]

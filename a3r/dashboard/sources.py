@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -19,9 +20,34 @@ from a3r.config import CONFIG_FILE, SchedulerConfig, WorkspaceConfig
 from a3r.exceptions import A3RError, NotFound
 from a3r.store import Store
 
-__all__ = ["Source", "Sources"]
+__all__ = ["SeriesCache", "Source", "Sources"]
 
 _REDISCOVER_S = 2.0  # at most this often the folders are listed again
+
+
+class SeriesCache:
+    """Points of a metric per run, kept between polls and extended with only the points logged since, the
+    same contract as the live charts: a run whose attempt count changed is read again from the start,
+    since a retry may log earlier steps again. Shared by the request threads of one store."""
+
+    def __init__(self) -> None:
+        self._held: dict[tuple[str, int], tuple[int, list[tuple[int, float | None]]]] = {}
+        self._lock = threading.Lock()
+
+    def get(
+        self, store: Store, name: str, attempts: Mapping[int, int]
+    ) -> dict[int, list[tuple[int, float | None]]]:
+        """run id -> every (step, value) of metric `name`, for runs with the given attempt counts."""
+        with self._lock:
+            since: dict[int, int | None] = {}
+            for rid, n in attempts.items():
+                held = self._held.get((name, rid))
+                if held is None or held[0] != n:
+                    held = self._held[(name, rid)] = (n, [])
+                since[rid] = held[1][-1][0] if held[1] else None
+            for rid, new in store.metric_series_since(name, since).items():
+                self._held[(name, rid)][1].extend(new)
+            return {rid: list(self._held[(name, rid)][1]) for rid in attempts}
 
 
 @dataclass
@@ -31,6 +57,7 @@ class Source:
     store: Store | None  # None when the file could not be opened (see `error`)
     error: str = ""
     stale_after_s: float = SchedulerConfig().stale_after  # heartbeat silence the monitor calls stale
+    series: SeriesCache = field(default_factory=SeriesCache)  # the run table's primary-metric points
 
 
 class Sources:

@@ -229,3 +229,29 @@ def test_the_commands_serve_and_refuse_unsafe_binds(seeded, capsys):
         proc.terminate()
         out, _ = proc.communicate(timeout=30)
     assert f"open http://127.0.0.1:{port}/" in out
+
+
+def test_series_cache_extends_with_new_points_and_restarts_after_a_retry(tmp_path):
+    from a3r.dashboard.sources import SeriesCache
+    from a3r.store import Store
+
+    from .conftest import bp
+
+    store = Store(tmp_path / "a3r.db")
+    stage = store.create_stage(store.create_campaign("c").id, "s")
+    (run,) = store.add_blueprint(stage.id, bp("x", seeds=(1,)))
+    cache = SeriesCache()
+    assert cache.get(store, "reward", {run.id: 0}) == {run.id: []}
+    a1 = store.dispatch(run.id, host="h", slot="0", run_dir=str(tmp_path), config_json="{}")
+    store.ingest_metrics(a1.id, [(0, "reward", 0.1), (1, "reward", 0.2)], expected_offset=0, new_offset=2)
+    assert cache.get(store, "reward", {run.id: 1}) == {run.id: [(0, 0.1), (1, 0.2)]}
+    store.ingest_metrics(a1.id, [(2, "reward", 0.3)], expected_offset=2, new_offset=3)
+    assert cache.get(store, "reward", {run.id: 1})[run.id] == [(0, 0.1), (1, 0.2), (2, 0.3)]
+    store.finish_attempt(a1.id, "stale", failure_kind="infrastructure")
+    store.settle_run(run.id, a1.id, "pending")
+    a2 = store.dispatch(run.id, host="h", slot="0", run_dir=str(tmp_path), config_json="{}")
+    store.ingest_metrics(a2.id, [(1, "reward", 0.25)], expected_offset=0, new_offset=1)
+    assert cache.get(store, "reward", {run.id: 2})[run.id] == [(0, 0.1), (1, 0.25), (2, 0.3)], (
+        "a new attempt re-reads the run: its step 1 replaces attempt 1's"
+    )
+    store.close()

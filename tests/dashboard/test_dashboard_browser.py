@@ -23,7 +23,9 @@ pytestmark = pytest.mark.skipif(CHROMIUM is None, reason=INSTALL_HINT)
 @pytest.fixture(scope="module")
 def browser():
     with sync_api.sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
+        b = pw.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=["--no-sandbox", "--disable-dev-shm-usage"]
+        )
         yield b
         b.close()
 
@@ -124,6 +126,7 @@ def test_live_campaign_table_sort_filter_and_curves_that_fetch_only_new_points(p
         "series.some(s => s.name === 'lr-hi-s1' && s.data.length === 7 && s.data[6][1] === 0.95)",
     )
     assert any(f"runs={rid}%3A4" in u or f"runs={rid}:4" in u for u in asked), "asked only for steps after 4"
+    expect(page.locator(f"tr[data-run='{rid}'] td[data-col='last']")).to_have_text("0.95")
     # group by the learning rate: one mean line per value, with its interval band
     page.select_option("#group", "training.lr")
     expect(page).to_have_url(re.compile(r"group=training.lr"))
