@@ -255,3 +255,20 @@ def test_series_cache_extends_with_new_points_and_restarts_after_a_retry(tmp_pat
         "a new attempt re-reads the run: its step 1 replaces attempt 1's"
     )
     store.close()
+
+
+def test_read_only_store_opens_the_right_file_whatever_its_path(tmp_path):
+    """SQLite URIs treat '#', '?' and '%' specially: the read-only store must still open this file."""
+    from a3r.store import Store
+
+    path = tmp_path / "my runs #2 %41" / "a3r.db"
+    writer = Store(path)
+    writer.create_campaign("here")
+    reader = Store(path, read_only=True)
+    try:
+        assert [c.name for c in reader.campaigns()] == ["here"]
+        with pytest.raises(OperationalError, match="readonly"):
+            reader.create_campaign("not here")
+    finally:
+        reader.close()
+        writer.close()
