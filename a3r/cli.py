@@ -380,6 +380,24 @@ def cmd_monitor(args) -> int:
         ws.close()
 
 
+def cmd_dashboard(args) -> int:
+    from a3r.dashboard import build_config, serve
+
+    swarm = [{"url": u, "token": args.swarm_token} for u in args.swarm]
+    serve(
+        build_config(
+            workspace=args.workspace,
+            db=args.db,
+            reports_dir=args.reports,
+            swarm=swarm,
+            host=args.host,
+            port=args.port,
+            token=args.token,
+        )
+    )
+    return 0
+
+
 def cmd_worker_run(args) -> int:
     from a3r.worker.runner import EXIT_BAD_SPEC, Worker
     from a3r.worker.sinks import FileSink, StoreSink
@@ -492,6 +510,30 @@ def build_parser(*, with_leader: bool = True, goal_submit: bool = False) -> argp
     s.add_argument("--exit-when-idle", action="store_true", help="exit when no run is pending or running")
     s.set_defaults(fn=cmd_monitor)
 
+    s = sub.add_parser(
+        "dashboard",
+        help="read-only web dashboard: campaigns, runs, live curves, reports, swarm servers, benchmarks",
+        description="Serve a read-only web dashboard over the workspace's store and those of its campaigns "
+        "(<workspace>/*/ and <workspace>/campaigns/*/), and over swarm servers given with --swarm.",
+    )
+    s.add_argument("--host", default="127.0.0.1", help="bind address (default loopback; others need --token)")
+    s.add_argument("--port", type=int, default=8765)
+    s.add_argument(
+        "--token",
+        default=os.environ.get("A3R_DASHBOARD_TOKEN"),
+        help="access token, 16+ characters (default $A3R_DASHBOARD_TOKEN); required off loopback",
+    )
+    s.add_argument("--reports", default="reports", help="where campaign reports are (default ./reports)")
+    s.add_argument(
+        "--swarm", action="append", default=[], metavar="URL", help="a swarm server to show (repeatable)"
+    )
+    s.add_argument(
+        "--swarm-token",
+        default=os.environ.get("SWARM_ADMIN_TOKEN"),
+        help="the swarm servers' admin token (default $SWARM_ADMIN_TOKEN)",
+    )
+    s.set_defaults(fn=cmd_dashboard)
+
     w = sub.add_parser("worker", help="worker commands (started by the scheduler inside tmux)")
     wsub = w.add_subparsers(dest="wcmd", required=True)
     s = wsub.add_parser("run", help="execute one attempt")
@@ -526,6 +568,7 @@ _OWN = {
     "cancel",
     "retry",
     "monitor",
+    "dashboard",
     "worker",
     "bench",
 }

@@ -1,7 +1,7 @@
 """Brute-force check of `a3r demo`: every arm of the demo question, several seeds, analysed like the campaign.
 
-`a3r demo` searches for "the minimum batch size that still trains arithmetic (1 to 4)" in stages. This
-script runs the whole stage-1 grid of that question (batch sizes 1, 2, 4: `grid(goal.factor,
+`a3r demo` searches for "the minimum batch size that still trains arithmetic (2 to 8)" after a calibration
+stage. This script runs the whole grid of that question (batch sizes 2 and 8: `grid(goal.factor,
 grid_points)`) with every seed, sequentially, and answers it with the project's own analysis
 (`a3r.analysis.analyse`) so the campaign's conclusion can be checked against it.
 

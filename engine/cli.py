@@ -53,6 +53,26 @@ def _cmd_top(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_dashboard(args: argparse.Namespace) -> int:
+    from a3r.dashboard import build_config, serve
+    from a3r.exceptions import ConfigError as DashboardConfigError
+
+    token = args.token or os.environ.get("SWARM_ADMIN_TOKEN")
+    try:
+        cfg = build_config(
+            workspace=args.workspace,
+            swarm=[{"url": args.url, "token": token}],
+            host=args.host,
+            port=args.port,
+            token=args.dashboard_token,
+        )
+    except DashboardConfigError as e:
+        print(f"swarm: {e}", file=sys.stderr)
+        return 2
+    serve(cfg)
+    return 0
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
     from engine.jobs import TrainJob, train
 
@@ -92,6 +112,15 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--interval", type=float, default=1.0)
     t.add_argument("--once", action="store_true", help="print one snapshot and exit")
     t.set_defaults(fn=_cmd_top)
+
+    d = sub.add_parser("dashboard", help="web dashboard of a server: state, pool fill, throughput, pooled episodes at token level")
+    d.add_argument("--url", default="http://127.0.0.1:10086", help="the swarm server to show")
+    d.add_argument("--token", help="its admin token (default $SWARM_ADMIN_TOKEN)")
+    d.add_argument("--workspace", default=".", help="A3R workspace whose campaigns are shown too (default .)")
+    d.add_argument("--host", default="127.0.0.1", help="dashboard bind address (default loopback; others need --dashboard-token)")
+    d.add_argument("--port", type=int, default=8765)
+    d.add_argument("--dashboard-token", default=os.environ.get("A3R_DASHBOARD_TOKEN"), help="access token of the dashboard itself")
+    d.set_defaults(fn=_cmd_dashboard)
 
     tr = sub.add_parser("train", help="train a built-in task end to end (starts the server and the client)")
     tr.add_argument("--config", help="TrainJob YAML (task, swarm: SwarmConfig, eval_size, ...)")

@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import threading
-import time
-
 import pytest
 import torch
-import uvicorn
-from tests_support import ADMIN_TOKEN, free_port
+from tests_support import ADMIN_TOKEN, ThreadedUvicorn, free_port
 
 from engine.client import SwarmClient
 from engine.config import SwarmConfig
@@ -28,22 +24,13 @@ class LiveServer:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.server = SwarmServer(backend_factory, config)
-        app = create_app(self.server, ADMIN_TOKEN, public_url=self.url)
-        self._uv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
-        self._thread = threading.Thread(target=self._uv.run, daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + 30
-        while not self._uv.started:
-            if time.monotonic() > deadline:
-                raise TimeoutError("uvicorn did not start")
-            time.sleep(0.02)
+        self._http = ThreadedUvicorn(create_app(self.server, ADMIN_TOKEN, public_url=self.url), self.port)
 
     def client(self, client_id: str = "default") -> SwarmClient:
         return SwarmClient(self.url, admin_token=ADMIN_TOKEN, client_id=client_id)
 
     def close(self) -> None:
-        self._uv.should_exit = True
-        self._thread.join(timeout=30)
+        self._http.close()
 
 
 @pytest.fixture

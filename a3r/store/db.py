@@ -16,12 +16,15 @@ Never put the store on NFS: SQLite's locks are not reliable there.
 
 from __future__ import annotations
 
+import sqlite3
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 from sqlalchemy import Connection, Engine, create_engine, event, inspect, select
+from sqlalchemy.pool import QueuePool
 from sqlmodel import Session, SQLModel
 
 from a3r.exceptions import SchemaError
@@ -44,14 +47,27 @@ def _v2_bench_tables(conn: Connection) -> None:
 MIGRATIONS: dict[int, Callable[[Connection], None]] = {2: _v2_bench_tables}
 
 
-def make_engine(path: str | Path, *, busy_timeout_s: float = 30.0) -> Engine:
-    """A SQLAlchemy engine on `path` with the pragmas above applied to every new connection."""
+def make_engine(path: str | Path, *, busy_timeout_s: float = 30.0, read_only: bool = False) -> Engine:
+    """A SQLAlchemy engine on `path` with the pragmas above applied to every new connection.
+
+    `read_only` opens the file with SQLite's `mode=ro`: any write through it fails with "attempt to write
+    a readonly database" (what the dashboard uses, so it cannot change the store whatever its code does).
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(
-        f"sqlite:///{path}",
-        connect_args={"timeout": busy_timeout_s, "check_same_thread": False},
-    )
+    if read_only:
+        # connect through sqlite3 directly: a URI inside a SQLAlchemy URL would be decoded twice, and a
+        # '#', '?' or '%' in the path would then open another file
+        uri = f"file:{urllib.parse.quote(str(path.resolve()))}?mode=ro"
+        engine = create_engine(
+            "sqlite://",
+            creator=lambda: sqlite3.connect(uri, uri=True, timeout=busy_timeout_s, check_same_thread=False),
+            poolclass=QueuePool,  # as for a file URL ("sqlite://" alone would mean one in-memory database)
+        )
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(
+            f"sqlite:///{path}", connect_args={"timeout": busy_timeout_s, "check_same_thread": False}
+        )
     busy_ms = int(busy_timeout_s * 1000)
 
     @event.listens_for(engine, "connect")

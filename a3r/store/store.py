@@ -32,15 +32,20 @@ __all__ = ["Store"]
 class Store(AttemptOps, TelemetryOps):
     """All persistent state of one workspace, in one SQLite file."""
 
-    def __init__(self, path: str | Path, *, create: bool = True, busy_timeout_s: float = 30.0):
+    def __init__(
+        self, path: str | Path, *, create: bool = True, busy_timeout_s: float = 30.0, read_only: bool = False
+    ):
         """Open (and with `create`, create or migrate) the store at `path`.
 
         Workers open with `create=False`: they must never race the controller into creating a schema.
+        `read_only` (implies not `create`) opens the file with SQLite's read-only mode: every write method
+        then fails at the database, which is what read-only viewers such as the dashboard want.
         """
         self.path = Path(path)
+        create = create and not read_only
         if not create and not self.path.exists():
             raise SchemaError(f"no store at {self.path}; create it with the controller first")
-        self.engine = make_engine(self.path, busy_timeout_s=busy_timeout_s)
+        self.engine = make_engine(self.path, busy_timeout_s=busy_timeout_s, read_only=read_only)
         if create:
             migrate(self.engine)
         elif (v := schema_version(self.engine)) != SCHEMA_VERSION:

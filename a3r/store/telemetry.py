@@ -6,8 +6,9 @@ import json
 import os
 import socket
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
+from sqlalchemy import and_, or_
 from sqlmodel import col, func, select
 
 from a3r.exceptions import LeaseHeld
@@ -65,15 +66,35 @@ class TelemetryOps:
         A retry resumes from a checkpoint and may log steps again; for each step the latest attempt wins.
         A value of None means the job logged NaN.
         """
+        return self.metric_series_since(name, {run_id: None})[run_id]
+
+    def metric_series_since(
+        self, name: str, since: Mapping[int, int | None]
+    ) -> dict[int, list[tuple[int, float | None]]]:
+        """run id -> (step, value) of metric `name` after step `since[run id]` (None: every step), by step.
+
+        One query for many runs, so a live view can fetch only the points it has not seen yet. Attempts
+        merge as in `metric_series` (per step the latest attempt wins), within the points returned.
+        """
+        out: dict[int, dict[int, float | None]] = {rid: {} for rid in since}
+        if not since:
+            return {}
+        keep = [
+            MetricPoint.run_id == rid
+            if after is None
+            else and_(MetricPoint.run_id == rid, MetricPoint.step > after)
+            for rid, after in since.items()
+        ]
         q = (
-            select(MetricPoint.step, MetricPoint.value, Attempt.number)
+            select(MetricPoint.run_id, MetricPoint.step, MetricPoint.value)
             .join(Attempt, Attempt.id == MetricPoint.attempt_id)
-            .where(MetricPoint.run_id == run_id, MetricPoint.name == name)
-            .order_by(MetricPoint.step, Attempt.number)
+            .where(MetricPoint.name == name, or_(*keep))
+            .order_by(MetricPoint.run_id, MetricPoint.step, Attempt.number)
         )
         with read_tx(self.engine) as s:
-            merged = {step: value for step, value, _n in s.exec(q)}
-        return sorted(merged.items())
+            for rid, step, value in s.exec(q):
+                out[rid][step] = value
+        return {rid: sorted(points.items()) for rid, points in out.items()}
 
     def metric_names(self, run_id: int) -> list[str]:
         with read_tx(self.engine) as s:
