@@ -1,12 +1,13 @@
-"""The benchmark x commit view: every stored `BenchResult` as a matrix of benchmarks by commits, and a
-regression table of each benchmark's latest commit against the one before.
+"""The benchmark x commit view: every stored `BenchResult` and every `a3r bench` measurement (first
+round, read with `a3r.bench.store.measurements`; one benchmark per suite/benchmark/metric) as a matrix of
+benchmarks by commits, and a regression table of each benchmark's latest commit against the one before.
 
 `bench_view` is the only code that reads benchmark results for the dashboard, and `bench_matrix` the only
 code that shapes them, so when the benchmark store grows (noise-aware comparisons, more fields) this
 module is the one place to adapt. Cells are the mean
 of a commit's repeats; the heatmap colour is that mean relative to the benchmark's median over commits,
 so benchmarks in different units share one scale. Whether up is good depends on the benchmark: the
-table shows the direction by name (see `lower_is_better`) and flags changes beyond twice the repeats'
+table shows the direction (a measurement's own; a `BenchResult`'s by its name, see `lower_is_better`) and flags changes beyond twice the repeats'
 spread within a commit ("no repeats" when a commit was measured once).
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from a3r.dashboard.queries import lower_is_better
@@ -23,9 +25,34 @@ from a3r.store import BenchResult, Store
 __all__ = ["bench_matrix", "bench_view"]
 
 
+@dataclass(frozen=True)
+class _Point:
+    """One `a3r bench` measurement in the shape of a `BenchResult`, with its metric's own direction."""
+
+    suite: str
+    name: str
+    value: float
+    unit: str
+    commit: str
+    ts: float
+    direction: str
+
+
+def _bench_points(store: Store) -> list[_Point]:
+    if store.version < 2:  # a store written before the bench tables existed
+        return []
+    from a3r.bench.store import measurements
+
+    return [
+        _Point(m.suite, f"{m.benchmark}/{m.metric}", m.value, m.unit, m.commit[:10], m.commit_time, m.direction)
+        for m in measurements(store, rounds=[0])
+        if m.value is not None
+    ]
+
+
 def bench_view(stores: Iterable[Store]) -> dict[str, Any]:
-    """The benchmark matrix over every result in `stores` (the `BenchResult` table of each)."""
-    return bench_matrix(r for store in stores for r in store.bench_results())
+    """The benchmark matrix over every result in `stores` (`BenchResult` rows and bench measurements)."""
+    return bench_matrix(r for store in stores for r in [*store.bench_results(), *_bench_points(store)])
 
 
 def bench_matrix(results: Iterable[BenchResult]) -> dict[str, Any]:
@@ -38,6 +65,7 @@ def bench_matrix(results: Iterable[BenchResult]) -> dict[str, Any]:
     results = sorted(results, key=lambda r: r.ts)
     values: dict[tuple[str, str], list[float]] = defaultdict(list)
     units: dict[str, str] = {}
+    lower: dict[str, bool] = {}  # a measurement knows its direction; a BenchResult goes by its name
     commits: list[str] = []
     for r in results:
         commit = r.commit or "(no commit)"
@@ -46,6 +74,8 @@ def bench_matrix(results: Iterable[BenchResult]) -> dict[str, Any]:
             commits.append(commit)
         values[(bench, commit)].append(r.value)
         units.setdefault(bench, r.unit)
+        direction = getattr(r, "direction", None)
+        lower.setdefault(bench, direction == "lower" if direction else lower_is_better(bench))
     benchmarks = sorted(units)
     cells, regressions = [], []
     for j, bench in enumerate(benchmarks):
@@ -64,7 +94,7 @@ def bench_matrix(results: Iterable[BenchResult]) -> dict[str, Any]:
                 statistics.stdev(values[(bench, c)]) for c in (prev, last) if len(values[(bench, c)]) > 1
             ]
             noise = statistics.fmean(within) if within else None
-            worse = (means[last] > means[prev]) if lower_is_better(bench) else (means[last] < means[prev])
+            worse = (means[last] > means[prev]) if lower[bench] else (means[last] < means[prev])
             if noise is None:
                 verdict = "no repeats"
             elif abs(means[last] - means[prev]) > 2 * noise:
@@ -80,7 +110,7 @@ def bench_matrix(results: Iterable[BenchResult]) -> dict[str, Any]:
                     "previous": means[prev],
                     "latest": means[last],
                     "change": change,
-                    "lower_is_better": lower_is_better(bench),
+                    "lower_is_better": lower[bench],
                     "verdict": verdict,
                 }
             )

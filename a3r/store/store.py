@@ -39,7 +39,9 @@ class Store(AttemptOps, TelemetryOps):
 
         Workers open with `create=False`: they must never race the controller into creating a schema.
         `read_only` (implies not `create`) opens the file with SQLite's read-only mode: every write method
-        then fails at the database, which is what read-only viewers such as the dashboard want.
+        then fails at the database, which is what read-only viewers such as the dashboard want. A viewer
+        also reads an older schema (it cannot migrate it); `version` says which, so it can skip tables
+        the file does not have yet.
         """
         self.path = Path(path)
         create = create and not read_only
@@ -48,8 +50,10 @@ class Store(AttemptOps, TelemetryOps):
         self.engine = make_engine(self.path, busy_timeout_s=busy_timeout_s, read_only=read_only)
         if create:
             migrate(self.engine)
-        elif (v := schema_version(self.engine)) != SCHEMA_VERSION:
+        v = schema_version(self.engine)
+        if v != SCHEMA_VERSION and not (read_only and 1 <= v < SCHEMA_VERSION):
             raise SchemaError(f"store {self.path} is at schema {v}, this a3r expects {SCHEMA_VERSION}")
+        self.version = v
 
     def close(self) -> None:
         self.engine.dispose()

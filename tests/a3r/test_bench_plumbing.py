@@ -137,12 +137,32 @@ def test_results_are_recorded_once_and_mirrored_to_jsonl(tmp_path):
     assert measured_commits(ws.store, "s") == ["c" * 40]
     with pytest.raises(ValueError, match="one run"):
         record_run(ws.store, [rows[0], Measurement(**{**vars(rows[0]), "run_id": run_b})])
+    # the dashboard's benchmark x commit view reads them, with each metric's own direction
+    from a3r.dashboard.bench import bench_view
+
+    record_run(
+        ws.store,
+        [
+            Measurement(**{**vars(r), "commit": "d" * 40, "value": 3.0, "commit_time": 2.0, "run_id": run_b})
+            for r in rows
+        ],
+    )
+    viewer = Store(ws.db_path, read_only=True)
+    view = bench_view([viewer])
+    viewer.close()
+    assert view["benchmarks"] == ["s/b/x", "s/b/y"] and view["commits"] == ["cccccccccc", "dddddddddd"]
+    assert {r["benchmark"]: (r["lower_is_better"], r["verdict"]) for r in view["regressions"]} == {
+        "s/b/x": (True, "no repeats"),
+        "s/b/y": (True, "no repeats"),
+    }
     out = tmp_path / "export.jsonl"
-    assert export_jsonl(ws.store, out) == 2 and json.loads(out.read_text().splitlines()[0])["metric"] == "x"
+    assert export_jsonl(ws.store, out) == 4 and json.loads(out.read_text().splitlines()[0])["metric"] == "x"
     ws.close()
 
 
 def test_version_1_store_gains_the_bench_tables(tmp_path):
+    from a3r.dashboard.bench import bench_view
+
     path = tmp_path / "old.db"
     eng = make_engine(path)
     migrate(eng, target=1, migrations={})
@@ -150,6 +170,9 @@ def test_version_1_store_gains_the_bench_tables(tmp_path):
         conn.exec_driver_sql("DROP TABLE bench_measurement")
         conn.exec_driver_sql("DROP TABLE bench_schedule")
     eng.dispose()
+    viewer = Store(path, read_only=True)  # the dashboard still reads a file no writer has upgraded
+    assert viewer.version == 1 and bench_view([viewer])["benchmarks"] == []
+    viewer.close()
     st = Store(path)
     assert schema_version(st.engine) == 2
     save_schedule(st, BenchSchedule(name="s@main", repo="/r", branch="main", suite_path="d", every_s=60))
