@@ -218,13 +218,13 @@ class Benchmark(_Frozen):
         """The TrainJob data of one run: `config` with task, model, steps and seed filled in.
 
         Benchmarks never resume, so checkpoints are off: a retried attempt starts from scratch and only
-        the attempt that succeeds is measured."""
+        the attempt that succeeds is measured. Only fields every engine version has are set, so older
+        commits can be measured too."""
         from a3r.blueprints.schema import deep_merge
 
         fixed = {
             "task": self.task,
             "seed": seed,
-            "keep_final_checkpoint": False,
             "swarm": {
                 "model": {"name": self.model, "seed": seed},
                 "training": {"max_steps": self.steps, "checkpoint_every": 0},
