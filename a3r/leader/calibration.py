@@ -318,7 +318,7 @@ def no_training_advice(
     causes.append(f"{steps} steps may be too few: try --steps {steps * 2} or more")
     if lr is not None:
         causes.append(
-            f"the learning rate {fmt(lr)} may be too small (SmolLM2 learns arithmetic at 1.5e-5 to 2e-5)"
+            f"the learning rate {fmt(lr)} may be too small (SmolLM2 learns arithmetic at 1e-5 to 2e-5)"
         )
     causes.append("more episodes per step (swarm.pool.batch_size or group_size) make each update less noisy")
     seen = (

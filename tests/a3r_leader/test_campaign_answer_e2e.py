@@ -2,9 +2,9 @@
 workers, calibrated, compared on held-out accuracy, and a winner named only because it trains.
 
 The question has a known answer that the statistics must still earn: a learning rate of 1e-7 cannot move
-SmolLM2 in 6 steps, 2e-5 lifts held-out arithmetic accuracy by about 0.3 (docs/benchmarks/demo_sweep.md).
-About 6 minutes on a 2-core CPU: 3 calibration runs of the reference (2e-5, the base job's own rate) and 3
-runs of 1e-7, one slot.
+SmolLM2 in 8 steps; 1e-5 at batch size 2 lifted held-out arithmetic accuracy by 0.05 to 0.22 over five
+seeds, 0.17 to 0.22 on seeds 0-2 (docs/benchmarks/demo_sweep.md). About 5 minutes on a 2-core CPU: 3
+calibration runs of the reference (1e-5, the base job's own rate) and 3 runs of 1e-7, one slot.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from a3r.leader import LeaderConfig, OfflinePolicy, ResearchBudget, run_campaign
 @pytest.mark.timeout(1200)
 @pytest.mark.skipif(
     os.environ.get("A3R_E2E_SMOLLM2") != "1",
-    reason="set A3R_E2E_SMOLLM2=1: at batch size 2 and 6 steps one pilot in two did not show training "
-    "(seed noise), so the leader re-pilots and the campaign outlives CI's budget",
+    reason="set A3R_E2E_SMOLLM2=1 to run it: six SmolLM2 runs take about 6 minutes on a quiet 2-core "
+    "machine, more than this suite's budget allows",
 )
 def test_a_smollm2_campaign_names_the_learning_rate_that_trains(tmp_path):
     ws = Workspace.create(
@@ -33,8 +33,8 @@ def test_a_smollm2_campaign_names_the_learning_rate_that_trains(tmp_path):
     )
     config = LeaderConfig(
         campaign="lr",
-        goal="Is learning rate 2e-5 better than 1e-7 for arithmetic?",
-        budget=ResearchBudget(max_stages=1, min_stages=1, max_runs=6, steps=6, pilot_seeds=3, seeds=3),
+        goal="Is learning rate 1e-5 better than 1e-7 for arithmetic?",
+        budget=ResearchBudget(max_stages=1, min_stages=1, max_runs=6, steps=8, pilot_seeds=3, seeds=3),
         base_job={
             "eval_size": 32,
             "concurrency": 16,
@@ -44,7 +44,7 @@ def test_a_smollm2_campaign_names_the_learning_rate_that_trains(tmp_path):
             "swarm": {
                 "model": {"name": "smollm2-135m"},
                 "pool": {"batch_size": 2, "group_size": 8},
-                "training": {"lr": 2e-5, "checkpoint_every": 0},
+                "training": {"lr": 1e-5, "checkpoint_every": 0},
             },
         },
         reports_dir=str(tmp_path / "reports"),
@@ -60,13 +60,13 @@ def test_a_smollm2_campaign_names_the_learning_rate_that_trains(tmp_path):
     assert state["status"] == "done"
     assert [s["design"]["kind"] for s in state["stages"]] == ["calibration", "grid"]
     cal = state["calibration"][0]
-    assert cal["label"] == "lr=2e-05" and cal["visible"] and cal["untrained"] > 0
+    assert cal["label"] == "lr=1e-05" and cal["visible"] and cal["untrained"] > 0
     summary = json.loads(open(state["report"]["json"]).read())
     assert summary["conclusive"] and not summary["nothing_trains"]
-    assert summary["levels"][0]["answer"] == 2e-5
+    assert summary["levels"][0]["answer"] == 1e-5
     arms = {a["label"]: a for a in summary["arms"]}
-    assert arms["lr=2e-05"]["trained"] and not arms["lr=1e-07"]["trained"]
-    assert arms["lr=2e-05"]["n"] == 3 and arms["lr=1e-07"]["n"] == 3  # the pilot seeds pooled into the arm
+    assert arms["lr=1e-05"]["trained"] and not arms["lr=1e-07"]["trained"]
+    assert arms["lr=1e-05"]["n"] == 3 and arms["lr=1e-07"]["n"] == 3  # the pilot seeds pooled into the arm
     md = open(state["report"]["markdown"]).read()
     assert "is better" in summary["answer"] and summary["answer"] in md
     assert "**Calibration (stage 1):**" in md and "estimated wall" in md
