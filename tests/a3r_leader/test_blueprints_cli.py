@@ -193,4 +193,4 @@ def test_command_line_values_are_parsed_as_meant():
     demo = _parser().parse_args(["demo"])
     demo.set = [*DEMO_SETTINGS, "temperature=0.5"]  # the user's own --set comes later and wins
     job = _base_job(demo)
-    assert job["swarm"]["training"]["lr"] == 2e-5 and job["temperature"] == 0.5
+    assert job["swarm"]["training"]["lr"] == 1e-5 and job["temperature"] == 0.5
