@@ -1,6 +1,7 @@
 """Client SDK: drive a swarm server and run episodes against it from any agent code."""
 
-from engine.client.client import Episode, EpisodeGroup, EpisodeOutcome, SwarmClient, SwarmHTTPError
+from engine.client.client import Episode, EpisodeOutcome, SwarmClient, SwarmHTTPError
+from engine.client.group import EpisodeGroup
 from engine.client.runner import RunnerResult, run_episodes
 
 __all__ = [

@@ -22,6 +22,7 @@ from typing import Any
 from engine.backends.base import Backend, SamplingParams, TokenCallback
 from engine.config import SwarmConfig
 from engine.errors import BadRequest, EpisodeRejected
+from engine.pool.groups import GroupState, MemberOutcome
 from engine.pool.pool import SamplePool
 from engine.server.episodes import EndOutcome, EpisodeEnd, EpisodeRegistry, LiveEpisode
 from engine.server.state import ServerState, StateMachine
@@ -173,7 +174,47 @@ class SwarmServer:
         if not ep.tracker.timelines:
             self._train_episode_done.set()
             return False, "episode made no LLM call: nothing to train on"
-        result = EpisodeResult(
+        self.pool.add(self._result(ep, reward, metadata))
+        self._train_episode_done.set()
+        self._maybe_trigger()
+        return True, ""
+
+    # -- episode groups (two-phase commit, see engine.pool.groups) -------------------------------------
+    def prepare_episode(self, ep: LiveEpisode, group_id: str, reward: float, metadata: dict[str, Any]) -> EndOutcome:
+        """Phase one: close a training episode and hold it durably for `group_id`, outside the pool."""
+        if ep.is_eval:
+            raise BadRequest("eval episodes are never trained, so they take no part in a commit; end them instead")
+        self._require_pool()
+        self.pool.group_table.check_prepare(group_id)
+        self.episodes.finish(ep, EpisodeEnd.ENDED)
+        self.heartbeat(ep.client_id)
+        self.pool.prepare(group_id, self._result(ep, reward, metadata))
+        self._train_episode_done.set()
+        return self.episodes.record_outcome(ep, False, f"prepared in group {group_id}", group_id)
+
+    def commit_group(self, group_id: str) -> list[MemberOutcome]:
+        """Phase two: the group's prepared episodes enter the pool (a repeat gets the same answer)."""
+        self._require_pool()
+        outcomes = self.pool.commit_group(group_id)
+        self._maybe_trigger()
+        return outcomes
+
+    def abort_group(self, group_id: str) -> None:
+        self._require_pool()
+        self.pool.abort_group(group_id)
+
+    def group_state(self, group_id: str) -> GroupState:
+        self._require_pool()
+        return self.pool.group_table.state(group_id)
+
+    def _require_pool(self) -> None:
+        # Before boot the pool is not read back from the journal yet: a group's state is not known.
+        if self.state in (ServerState.OFFLINE, ServerState.BOOTING):
+            raise EpisodeRejected(f"server is {self.state.value}; episode groups resolve once it is started", 2.0)
+
+    @staticmethod
+    def _result(ep: LiveEpisode, reward: float, metadata: dict[str, Any]) -> EpisodeResult:
+        return EpisodeResult(
             episode_id=ep.episode_id,
             task_id=ep.task_id,
             client_id=ep.client_id,
@@ -181,10 +222,6 @@ class SwarmServer:
             timelines=ep.tracker.timelines,
             metadata={**ep.metadata, **metadata},
         )
-        self.pool.add(result)
-        self._train_episode_done.set()
-        self._maybe_trigger()
-        return True, ""
 
     def abort_episode(self, ep: LiveEpisode, how: EpisodeEnd = EpisodeEnd.ABORTED) -> None:
         self.episodes.finish(ep, how)
@@ -363,6 +400,7 @@ class SwarmServer:
             "pool": self.pool_info(),
             "clients": {c: {"agree": v["agree"], "last_seen": v["last_seen"]} for c, v in self.clients.items()},
             "last_metrics": self.metrics[-1] if self.metrics else None,
+            "groups_in_doubt": self.pool.group_table.in_doubt(),
             "error": self.error,
             "config": self.config.model_dump(mode="json"),
         }

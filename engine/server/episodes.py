@@ -44,6 +44,7 @@ class EndOutcome:
     episode_id: str
     accepted: bool
     reason: str
+    group_id: str | None = None  # set when the episode was prepared for a group (two-phase commit)
 
 
 class EpisodeRegistry:
@@ -84,8 +85,10 @@ class EpisodeRegistry:
             raise EpisodeNotFound("unknown or finished episode key")
         return ep
 
-    def record_outcome(self, ep: LiveEpisode, accepted: bool, reason: str) -> EndOutcome:
-        out = EndOutcome(ep.episode_id, accepted, reason)
+    def record_outcome(
+        self, ep: LiveEpisode, accepted: bool, reason: str, group_id: str | None = None
+    ) -> EndOutcome:
+        out = EndOutcome(ep.episode_id, accepted, reason, group_id)
         self._outcomes[ep.api_key] = out
         while len(self._outcomes) > self._remember:
             self._outcomes.popitem(last=False)

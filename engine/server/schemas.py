@@ -56,6 +56,39 @@ class EndEpisodeResponse(BaseModel):
     reason: str = ""
 
 
+GROUP_ID_PATTERN = r"^[A-Za-z0-9._:-]{8,128}$"
+
+
+class PrepareEpisodeRequest(BaseModel):
+    """Phase one of an episode group's commit: the reward, and the group the episode waits in."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    group_id: str = Field(
+        ..., pattern=GROUP_ID_PATTERN, description="Chosen by the client, unguessable, the same on every server."
+    )
+    reward: float = Field(..., allow_inf_nan=False)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class PrepareEpisodeResponse(BaseModel):
+    episode_id: str
+    group_id: str
+    prepared: bool = True
+
+
+class GroupMember(BaseModel):
+    episode_id: str
+    accepted: bool = Field(..., description="True when the episode entered the pool at commit.")
+    reason: str = ""
+
+
+class GroupResponse(BaseModel):
+    group_id: str
+    state: Literal["unknown", "prepared", "committed", "aborted"]
+    members: list[GroupMember] = Field(default_factory=list, description="Filled once committed.")
+
+
 class ClientSignal(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -72,5 +105,6 @@ class StatusResponse(BaseModel):
     pool: dict[str, Any]
     clients: dict[str, dict[str, Any]]
     last_metrics: dict[str, float] | None
+    groups_in_doubt: list[str] = Field(default_factory=list, description="Prepared groups awaiting commit/abort.")
     error: str | None
     config: dict[str, Any] | None
