@@ -39,6 +39,7 @@ from engine.server.schemas import (
     ClientSignal,
     EndEpisodeRequest,
     EndEpisodeResponse,
+    ExchangeBatch,
     GroupMember,
     GroupResponse,
     PrepareEpisodeRequest,
@@ -195,6 +196,16 @@ def create_app(server: SwarmServer, admin_token: str, public_url: str | None = N
     @app.get("/swarm/groups/{group_id}", response_model=GroupResponse, dependencies=[Depends(require_admin)])
     async def group(group_id: str = Path(..., pattern=GROUP_ID_PATTERN)):
         return _group(group_id)
+
+    # -- collaboration groups: sample exchange (engine/training/exchange.py) ------------------------
+    @app.get("/swarm/exchange", response_model=ExchangeBatch, dependencies=[Depends(require_admin)])
+    async def export_samples():
+        collab = server.config.collaboration
+        return ExchangeBatch(samples=server.export_samples(), agent=collab.agent if collab else None)
+
+    @app.post("/swarm/exchange", dependencies=[Depends(require_admin)])
+    async def import_samples(batch: ExchangeBatch):
+        return server.import_samples(batch.samples)
 
     # -- control plane ----------------------------------------------------------------------------
     @app.post("/swarm/configure", dependencies=[Depends(require_admin)])

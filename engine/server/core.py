@@ -27,6 +27,13 @@ from engine.pool.pool import SamplePool
 from engine.server.episodes import EndOutcome, EpisodeEnd, EpisodeRegistry, LiveEpisode
 from engine.server.state import ServerState, StateMachine
 from engine.tracking.chat import parse_tool_calls, render_prompt
+from engine.training.exchange import (
+    TRUNCATED_KEY,
+    SharedSample,
+    cross_episode_id,
+    export_sample,
+    import_sample,
+)
 from engine.types import EpisodeResult
 
 log = logging.getLogger("swarm.server")
@@ -74,6 +81,7 @@ class SwarmServer:
         # weights are on disk, so a crash in between replays them instead of losing them.
         self._uncheckpointed: list[EpisodeResult] = []
         self._sweeper: asyncio.Task | None = None
+        self._cross_dropped = 0  # peers' samples that re-tokenised to nothing since the last step
 
     # -- lifecycle --------------------------------------------------------------------------------
     @property
@@ -221,7 +229,48 @@ class SwarmServer:
             reward=reward,
             timelines=ep.tracker.timelines,
             metadata={**ep.metadata, **metadata},
+            prompt_messages=ep.prompt_messages,
         )
+
+    # -- collaboration groups: tokenizer-neutral sample exchange (engine.training.exchange) ------------
+    def export_samples(self) -> list[SharedSample]:
+        """This agent's own pooled episodes in shared form (the current step's, under the agree policies)."""
+        collab, backend = self._require_collaboration()
+        stops = set(backend.inference.stop_token_ids)
+        out = (export_sample(e, collab.agent, backend.tokenizer, stops) for g in self.pool.groups.values() for e in g)
+        return [s for s in out if s is not None]
+
+    def import_samples(self, samples: list[SharedSample]) -> dict[str, int]:
+        """Add peers' samples to the pool as cross episodes, durably; a repeated sample is skipped."""
+        collab, backend = self._require_collaboration()
+        if self.state is not ServerState.ROLLING:
+            raise EpisodeRejected(f"server is {self.state.value}; import a step's samples before it trains", 1.0)
+        own = [s.episode_id for s in samples if s.source == collab.agent]
+        if own:
+            raise BadRequest(f"samples {own[:3]} come from this server's own agent {collab.agent!r}; send peers' samples only")
+        present = {e.episode_id for g in self.pool.groups.values() for e in g}
+        counts = {"imported": 0, "duplicates": 0, "dropped_empty": 0, "truncated": 0}
+        limit = self.config.episodes.max_context_tokens
+        for s in samples:
+            if cross_episode_id(s) in present:
+                counts["duplicates"] += 1
+                continue
+            ep = import_sample(s, backend.tokenizer, backend.inference.stop_token_ids, limit)
+            if ep is None:
+                counts["dropped_empty"] += 1
+                continue
+            counts["truncated"] += int(ep.metadata[TRUNCATED_KEY])
+            self.pool.add(ep)
+            present.add(ep.episode_id)
+            counts["imported"] += 1
+        self._cross_dropped += counts["dropped_empty"]
+        return counts
+
+    def _require_collaboration(self):
+        collab = self.config.collaboration
+        if collab is None:
+            raise BadRequest("this server is not part of a collaboration group; set `collaboration` in its config")
+        return collab, self._require_backend()
 
     def abort_episode(self, ep: LiveEpisode, how: EpisodeEnd = EpisodeEnd.ABORTED) -> None:
         self.episodes.finish(ep, how)
@@ -278,6 +327,8 @@ class SwarmServer:
             ep.calls_in_flight -= 1
             self.episodes.touch(ep)
         ep.tracker.record_call(rendered, completions)
+        if self.config.collaboration is not None:  # peers re-render this request with their own template
+            ep.prompt_messages = messages
         parsed = [parse_tool_calls(c.text) if tools else (c.text, []) for c in completions]
         return completions, parsed, len(rendered.token_ids)
 
@@ -357,6 +408,9 @@ class SwarmServer:
                 self.pool.mark_trained(self._uncheckpointed)
                 self._uncheckpointed = []
             metrics = {**metrics, "step_time_s": time.perf_counter() - t0}
+            if self.config.collaboration is not None:
+                metrics["cross_dropped_empty"] = float(self._cross_dropped)
+                self._cross_dropped = 0
             self.metrics.append(metrics)
             self.error = None
         except Exception as e:  # noqa: BLE001 - a failed step must not lose the batch or kill serving

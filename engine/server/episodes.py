@@ -35,6 +35,7 @@ class LiveEpisode:
     metadata: dict[str, Any] = field(default_factory=dict)
     tracker: ContextTracker = field(default_factory=ContextTracker)
     calls_in_flight: int = 0
+    prompt_messages: list[dict[str, Any]] | None = None  # last call's request, kept for collaboration groups
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from engine.training.exchange import SharedSample
+
 
 class ChatCompletionRequest(BaseModel):
     """The subset of OpenAI's chat completions request the server honours; unknown fields are ignored."""
@@ -87,6 +89,15 @@ class GroupResponse(BaseModel):
     group_id: str
     state: Literal["unknown", "prepared", "committed", "aborted"]
     members: list[GroupMember] = Field(default_factory=list, description="Filled once committed.")
+
+
+class ExchangeBatch(BaseModel):
+    """Samples of a collaboration group in tokenizer-neutral form (engine.training.exchange)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    agent: str | None = Field(None, description="The exporting server's agent (in exports).")
+    samples: list[SharedSample] = Field(default_factory=list, max_length=65536)
 
 
 class ClientSignal(BaseModel):
