@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from engine.config import SwarmConfig
 from engine.errors import ConfigError
+from engine.teams.config import SyncMode, TeamMethod
 
 
 def _load_config(args: argparse.Namespace) -> SwarmConfig:
@@ -81,6 +82,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
         data["task"] = args.task
     if args.model:
         data["swarm"]["model"]["name"] = args.model
+    if args.method or args.sync:
+        if not data.get("team"):
+            raise ConfigError("--method/--sync choose how a team trains; give a job config with `team: {agents: ...}`")
+        data["team"].update({k: v for k, v in (("method", args.method), ("sync", args.sync)) if v})
     training = data["swarm"]["training"]
     training["max_steps"] = args.steps or training["max_steps"] or 10
     job = TrainJob.model_validate(data)
@@ -122,11 +127,19 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--dashboard-token", default=os.environ.get("A3R_DASHBOARD_TOKEN"), help="access token of the dashboard itself")
     d.set_defaults(fn=_cmd_dashboard)
 
-    tr = sub.add_parser("train", help="train a built-in task end to end (starts the server and the client)")
-    tr.add_argument("--config", help="TrainJob YAML (task, swarm: SwarmConfig, eval_size, ...)")
+    tr = sub.add_parser(
+        "train", help="train a built-in task end to end (starts the server(s) and the client): one model, "
+        "a task mix (mix:), or a team of models (team:)",
+    )
+    tr.add_argument("--config", help="TrainJob YAML (task or mix, swarm: SwarmConfig, team, eval_size, ...)")
     tr.add_argument("--task", help="arithmetic, countdown or calculator")
     tr.add_argument("--model", help="override swarm.model.name")
     tr.add_argument("--steps", type=int, help="override swarm.training.max_steps (default 10)")
+    tr.add_argument(
+        "--method", choices=[m.value for m in TeamMethod],
+        help="override team.method: independent (multi-role, non-shared), hacpo, naive, gspo or gspox2",
+    )
+    tr.add_argument("--sync", choices=[m.value for m in SyncMode], help="override team.sync (lockstep or free)")
     tr.add_argument("--run-dir", help="where checkpoints, metrics and summary.json go (default runs/<task>-<time>)")
     tr.set_defaults(fn=_cmd_train)
 

@@ -2,7 +2,7 @@
 
 from engine.client.client import Episode, EpisodeOutcome, SwarmClient, SwarmHTTPError
 from engine.client.group import EpisodeGroup
-from engine.client.runner import RunnerResult, run_episodes
+from engine.client.runner import RunnerResult, run_episodes, run_groups
 
 __all__ = [
     "Episode",
@@ -12,4 +12,5 @@ __all__ = [
     "SwarmClient",
     "SwarmHTTPError",
     "run_episodes",
+    "run_groups",
 ]

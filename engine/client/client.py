@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
 from engine.config import SwarmConfig
 from engine.errors import SwarmError
+
+T = TypeVar("T")
 
 
 class SwarmHTTPError(SwarmError):
@@ -49,6 +52,25 @@ def _raise_for(resp: httpx.Response) -> dict[str, Any]:
         reason = resp.text[:500]
     retry = resp.headers.get("Retry-After")
     raise SwarmHTTPError(resp.status_code, reason, float(retry) if retry else None)
+
+
+# Answers that may change if asked again: the server is restarting, syncing or briefly unreachable.
+RETRYABLE_STATUS = frozenset({502, 503, 504})
+
+
+def until_available(call: Callable[[], T], deadline: float, poll: float = 0.25) -> T:
+    """`call()` until it succeeds, retrying connection errors and 502/503/504 until `deadline`
+    (time.monotonic); the last error is raised after it. Only for calls that are safe to repeat."""
+    while True:
+        try:
+            return call()
+        except httpx.TransportError:
+            if time.monotonic() > deadline:
+                raise
+        except SwarmHTTPError as e:
+            if e.status not in RETRYABLE_STATUS or time.monotonic() > deadline:
+                raise
+        time.sleep(poll)
 
 
 class SwarmClient:
@@ -159,6 +181,15 @@ class SwarmClient:
     def group(self, group_id: str) -> dict[str, Any]:
         """`{group_id, state: unknown|prepared|committed|aborted, members}` on this server."""
         return _raise_for(self._http.get(f"/swarm/groups/{group_id}"))
+
+    # -- collaboration groups (engine.training.exchange) -------------------------------------------
+    def export_samples(self) -> list[dict[str, Any]]:
+        """This agent's own samples of the current step, tokenizer-neutral."""
+        return _raise_for(self._http.get("/swarm/exchange"))["samples"]
+
+    def import_samples(self, samples: list[dict[str, Any]]) -> dict[str, int]:
+        """Give this learner its peers' samples (a repeated sample is skipped server-side)."""
+        return _raise_for(self._http.post("/swarm/exchange", json={"samples": samples}))
 
     def _episode_call(self, api_key: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         return _raise_for(self._http.post(path, json=body or {}, headers={"Authorization": f"Bearer {api_key}"}))

@@ -24,14 +24,10 @@ from typing import Any
 
 import httpx
 
-from engine.client.client import Episode, EpisodeOutcome, SwarmClient, SwarmHTTPError
+from engine.client.client import Episode, EpisodeOutcome, SwarmClient, SwarmHTTPError, until_available
 from engine.errors import GroupInDoubt, SwarmError
 
 __all__ = ["EpisodeGroup"]
-
-# Answers that may change if asked again: the server is restarting, syncing or briefly unreachable.
-_RETRYABLE_STATUS = frozenset({502, 503, 504})
-
 
 class EpisodeGroup:
     """One workflow's episodes across servers; `commit` lands them in every pool or in none."""
@@ -85,27 +81,15 @@ class EpisodeGroup:
         if not self._prepared:
             raise SwarmError("finish() needs a prepared group: call prepare(rewards) first")
         by_episode: dict[str, dict[str, Any]] = {}
-        pending = self._servers()
+        servers = list(self._servers().items())
         deadline = time.monotonic() + self.commit_timeout_s
-        last_error = ""
-        while pending:
-            for url in list(pending):
-                try:
-                    answer = pending[url].commit_group(self.group_id)
-                except httpx.TransportError as e:
-                    last_error = f"{url}: {type(e).__name__}"
-                    continue
-                except SwarmHTTPError as e:
-                    if e.status not in _RETRYABLE_STATUS:
-                        raise GroupInDoubt(self.group_id, list(pending), f"{url} answered {e}") from e
-                    last_error = f"{url}: {e}"
-                    continue
-                by_episode.update({m["episode_id"]: m for m in answer["members"]})
-                del pending[url]
-            if pending:
-                if time.monotonic() > deadline:
-                    raise GroupInDoubt(self.group_id, list(pending), last_error)
-                time.sleep(0.25)
+        for k, (url, client) in enumerate(servers):
+            try:
+                answer = until_available(lambda c=client: c.commit_group(self.group_id), deadline)
+            except (httpx.TransportError, SwarmHTTPError) as e:
+                pending = [u for u, _ in servers[k:]]
+                raise GroupInDoubt(self.group_id, pending, f"{url}: {type(e).__name__}: {e}") from e
+            by_episode.update({m["episode_id"]: m for m in answer["members"]})
         for name, ep in self.episodes.items():
             m = by_episode.get(ep.episode_id, {"accepted": False, "reason": "not reported by its server"})
             self.outcomes[name] = EpisodeOutcome(ep.episode_id, bool(m["accepted"]), m.get("reason", ""))
