@@ -24,8 +24,8 @@ from engine.algorithms.losses import (
     entropy_from_logits,
     gspo_loss,
     kl_penalty,
-    nll_loss,
     masked_mean,
+    nll_loss,
     ppo_clip_loss,
     token_logprobs,
 )
