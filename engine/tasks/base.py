@@ -87,7 +87,8 @@ def _registry() -> dict[str, Task]:
     from engine.tasks.countdown import Countdown
     from engine.tasks.solve_check import SolveCheck
 
-    return {t.name: t for t in (Arithmetic(), Countdown(), CalculatorAgent(), SolveCheck())}
+    tasks = (Arithmetic(), Arithmetic(ops="+-", name="arithmetic_pm"), Countdown(), CalculatorAgent(), SolveCheck())
+    return {t.name: t for t in tasks}
 
 
 def task_names() -> tuple[str, ...]:
