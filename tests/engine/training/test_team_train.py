@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -109,3 +110,10 @@ def test_job_configs_reject_what_cannot_run():
         TrainJob.model_validate({"mix": {"arithmetic": 0.5, "chess": 0.5}})
     job = TrainJob.model_validate({"mix": {"arithmetic": 0.9, "countdown": 0.05, "calculator": 0.05}, "swarm": {"pool": {"batch_size": 4}}})
     assert job.tasks_per_batch() == {"arithmetic": 2, "countdown": 1, "calculator": 1}  # every task in every batch
+
+
+@pytest.mark.parametrize("name", ["hacpo_pair", "solve_check_pair", "cocktail"])
+def test_the_documented_job_configs_are_valid(name):
+    path = Path(__file__).resolve().parents[3] / "docs" / "jobs" / f"{name}.yaml"
+    job = TrainJob.from_yaml(path)
+    assert job.team is not None or job.mix
