@@ -57,3 +57,17 @@ def serve_process(run_dir, port: int, *extra: str):
             time.sleep(0.1)
     proc.kill()
     raise TimeoutError("server did not come up")
+
+
+def load_benchmark(name: str):
+    """Import `benchmarks/<name>.py` (a script, not a package) as module `name`, for its pure helpers."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module

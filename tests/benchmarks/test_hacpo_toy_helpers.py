@@ -4,17 +4,11 @@ SFT episode, and the job each method runs (same seed, same agents, only the meth
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
+from tests_support import load_benchmark
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "hacpo_toy.py"
-_spec = importlib.util.spec_from_file_location("hacpo_toy", _PATH)
-ht = importlib.util.module_from_spec(_spec)
-sys.modules["hacpo_toy"] = ht
-_spec.loader.exec_module(ht)
+ht = load_benchmark("hacpo_toy")
 
 
 def test_paired_bootstrap_interval_brackets_the_mean_and_collapses_for_equal_pairs():
