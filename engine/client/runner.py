@@ -13,6 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from engine.client.client import Episode, SwarmClient
 from engine.client.group import EpisodeGroup
+from engine.errors import GroupInDoubt
 
 log = logging.getLogger("swarm.runner")
 
@@ -54,6 +55,10 @@ def _run(n: int, attempt: _Attempt, concurrency: int, retries: int, label: str, 
         for k in range(retries + 1):
             try:
                 return i, *attempt(i), None
+            except GroupInDoubt as e:  # decided (commit), only not confirmed yet: a rerun would count it twice
+                last_err = f"item {i}: {e}"
+                log.warning(last_err)
+                break
             except Exception as e:  # noqa: BLE001 - any agent failure is retried, then reported
                 last_err = f"item {i} attempt {k + 1}: {type(e).__name__}: {e}"
                 log.warning(last_err)
