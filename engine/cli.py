@@ -12,7 +12,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from engine.config import SwarmConfig
-from engine.errors import ConfigError
+from engine.errors import ConfigError, SwarmError
 from engine.teams.config import SyncMode, TeamMethod
 
 
@@ -149,6 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, ValidationError) as e:
         print(f"swarm: {e}", file=sys.stderr)
         return 2
+    except SwarmError as e:  # a server that would not start, a group left in doubt, ...: the message says why
+        print(f"swarm: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

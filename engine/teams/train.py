@@ -24,7 +24,7 @@ from typing import Any
 
 from engine.client import SwarmClient, run_episodes, run_groups
 from engine.client.exchange import exchange_samples
-from engine.errors import ConfigError
+from engine.errors import ConfigError, SwarmError
 from engine.jobs import ServerProcess, TrainJob, console, evaluate
 from engine.tasks import get_task
 from engine.tasks.base import split_items
@@ -36,6 +36,23 @@ from engine.training.metrics import MetricsLog
 def _parallel(fn, names: list[str]) -> dict[str, Any]:
     with ThreadPoolExecutor(len(names)) as pool:
         return dict(zip(names, pool.map(fn, names), strict=True))
+
+
+def _start_servers(names: list[str], agent_dirs: dict[str, Path]) -> dict[str, ServerProcess]:
+    """One server per agent, started in parallel; if any fails, the others are stopped and it is named."""
+    with ThreadPoolExecutor(len(names)) as pool:
+        futures = {
+            n: pool.submit(ServerProcess, agent_dirs[n], log_path=agent_dirs[n] / "server.log", a3r_metrics=False)
+            for n in names
+        }
+    failed = {n: f.exception() for n, f in futures.items() if f.exception() is not None}
+    if failed:
+        for f in futures.values():
+            if f.exception() is None:
+                f.result().stop()
+        n, e = next(iter(failed.items()))
+        raise SwarmError(f"the server of agent {n!r} did not start ({e}); see {agent_dirs[n] / 'server.log'}")
+    return {n: f.result() for n, f in futures.items()}
 
 
 def _evaluate_team(clients: dict[str, SwarmClient], job: TrainJob, held_out, label: str, step: int, log: MetricsLog) -> dict[str, float]:
@@ -112,7 +129,7 @@ def train_team(job: TrainJob, run_dir: Path) -> dict:
     agent_dirs = {n: run_dir / "agents" / n for n in names}
     for d in agent_dirs.values():
         d.mkdir(parents=True, exist_ok=True)
-    servers = _parallel(lambda n: ServerProcess(agent_dirs[n], log_path=agent_dirs[n] / "server.log", a3r_metrics=False), names)
+    servers = _start_servers(names, agent_dirs)
     clients = {n: servers[n].client(n) for n in names}
     summary: dict = {
         "task": job.task, "team": {n: a.model.name for n, a in team.agents.items()},
