@@ -55,6 +55,13 @@ def _start_servers(names: list[str], agent_dirs: dict[str, Path]) -> dict[str, S
     return {n: f.result() for n, f in futures.items()}
 
 
+def _start(client: SwarmClient, agent: str) -> int:
+    try:
+        return client.start(wait=True)["global_step"]
+    except SwarmError as e:
+        raise SwarmError(f"agent {agent!r}: {e}") from e
+
+
 def _evaluate_team(clients: dict[str, SwarmClient], job: TrainJob, held_out, label: str, step: int, log: MetricsLog) -> dict[str, float]:
     """Per-agent held-out accuracy (a role's reward in independent teams) and their mean."""
     team = job.team
@@ -138,7 +145,7 @@ def train_team(job: TrainJob, run_dir: Path) -> dict:
     try:
         for n in names:
             clients[n].configure(agent_config(job.swarm, team, n, str(agent_dirs[n])))
-        steps = _parallel(lambda n: clients[n].start(wait=True)["global_step"], names)
+        steps = _parallel(lambda n: _start(clients[n], n), names)
         step = min(steps.values())
         console.print(f"team of {len(names)} ROLLING at steps {steps} ({team.method.value}, {team.sync.value})")
         if job.eval_size and step == 0:
