@@ -75,17 +75,19 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from engine.jobs import TrainJob, train
+    from engine.jobs import TrainJob, read_job_yaml, train
 
-    data = TrainJob.from_yaml(args.config).model_dump() if args.config else TrainJob().model_dump()
+    # Overrides that can make the file's job valid (a team's method, the task) apply before validation.
+    raw = read_job_yaml(args.config) if args.config else {}
     if args.task:
-        data["task"] = args.task
+        raw["task"] = args.task
+    if args.method or args.sync:
+        if not raw.get("team"):
+            raise ConfigError("--method/--sync choose how a team trains; give a job config with `team: {agents: ...}`")
+        raw["team"] = {**raw["team"], **{k: v for k, v in (("method", args.method), ("sync", args.sync)) if v}}
+    data = TrainJob.model_validate(raw).model_dump()
     if args.model:
         data["swarm"]["model"]["name"] = args.model
-    if args.method or args.sync:
-        if not data.get("team"):
-            raise ConfigError("--method/--sync choose how a team trains; give a job config with `team: {agents: ...}`")
-        data["team"].update({k: v for k, v in (("method", args.method), ("sync", args.sync)) if v})
     training = data["swarm"]["training"]
     training["max_steps"] = args.steps or training["max_steps"] or 10
     job = TrainJob.model_validate(data)

@@ -128,11 +128,18 @@ class TrainJob(BaseModel):
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> TrainJob:
-        try:
-            data = yaml.safe_load(Path(path).read_text()) or {}
-        except (OSError, yaml.YAMLError) as e:
-            raise ConfigError(f"cannot read job config {path}: {e}") from e
-        return cls.model_validate(data)
+        return cls.model_validate(read_job_yaml(path))
+
+
+def read_job_yaml(path: str | Path) -> dict:
+    """A job config file's data, not yet validated (the command line may still override fields)."""
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+    except (OSError, yaml.YAMLError) as e:
+        raise ConfigError(f"cannot read job config {path}: {e}") from e
+    if not isinstance(data, dict):
+        raise ConfigError(f"job config {path} must be a mapping of TrainJob fields, got {type(data).__name__}")
+    return data
 
 
 def free_port() -> int:

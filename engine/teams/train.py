@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from engine.client import SwarmClient, run_episodes, run_groups
 from engine.client.exchange import exchange_samples
@@ -38,13 +39,26 @@ def _parallel(fn, names: list[str]) -> dict[str, Any]:
         return dict(zip(names, pool.map(fn, names), strict=True))
 
 
-def _start_servers(names: list[str], agent_dirs: dict[str, Path]) -> dict[str, ServerProcess]:
+class AgentServer(Protocol):
+    """What a team job needs of an agent's server: clients of it, and a way to stop it."""
+
+    def client(self, client_id: str) -> SwarmClient: ...
+
+    def stop(self) -> None: ...
+
+
+# agent run dir -> a started (healthy, not yet configured) server
+ServerFactory = Callable[[Path], AgentServer]
+
+
+def _server_process(agent_dir: Path) -> AgentServer:
+    return ServerProcess(agent_dir, log_path=agent_dir / "server.log", a3r_metrics=False)
+
+
+def _start_servers(names: list[str], agent_dirs: dict[str, Path], factory: ServerFactory) -> dict[str, AgentServer]:
     """One server per agent, started in parallel; if any fails, the others are stopped and it is named."""
     with ThreadPoolExecutor(len(names)) as pool:
-        futures = {
-            n: pool.submit(ServerProcess, agent_dirs[n], log_path=agent_dirs[n] / "server.log", a3r_metrics=False)
-            for n in names
-        }
+        futures = {n: pool.submit(factory, agent_dirs[n]) for n in names}
     failed = {n: f.exception() for n, f in futures.items() if f.exception() is not None}
     if failed:
         for f in futures.values():
@@ -118,8 +132,11 @@ def _run_step(clients: dict[str, SwarmClient], job: TrainJob, batch, step: int, 
     return rewards
 
 
-def train_team(job: TrainJob, run_dir: Path) -> dict:
-    """Run a team job to `swarm.training.max_steps` on every server; returns the summary (also written)."""
+def train_team(job: TrainJob, run_dir: Path, server_factory: ServerFactory = _server_process) -> dict:
+    """Run a team job to `swarm.training.max_steps` on every server; returns the summary (also written).
+
+    `server_factory` starts an agent's server (default: a `swarm serve` subprocess on loopback).
+    """
     team = job.team
     if team is None:
         raise ConfigError("train_team needs a job with `team:`")
@@ -136,7 +153,7 @@ def train_team(job: TrainJob, run_dir: Path) -> dict:
     agent_dirs = {n: run_dir / "agents" / n for n in names}
     for d in agent_dirs.values():
         d.mkdir(parents=True, exist_ok=True)
-    servers = _start_servers(names, agent_dirs)
+    servers = _start_servers(names, agent_dirs, server_factory)
     clients = {n: servers[n].client(n) for n in names}
     summary: dict = {
         "task": job.task, "team": {n: a.model.name for n, a in team.agents.items()},

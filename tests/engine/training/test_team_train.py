@@ -55,19 +55,51 @@ def test_non_shared_pair_trains_each_model_on_its_own_role(tmp_path):
 
 
 @pytest.mark.slow
-def test_hacpo_pair_with_two_tokenizers_chosen_on_the_command_line(tmp_path):
-    job = {
-        "task": "arithmetic", "eval_size": 0, "max_tokens": 6, "concurrency": 4, "swarm": {**SWARM, "training": {**SWARM["training"], "max_steps": 1}},
+def test_hacpo_pair_with_two_tokenizers_trains_through_the_team_loop(tmp_path, live_server):
+    """train_team's HACPO path (sample, exchange, agree, lockstep wait, labelled metrics) on in-process
+    servers: the same loop `swarm train` runs over subprocesses, without their start-up cost."""
+    from engine.teams.train import train_team
+
+    class InProcess:  # the AgentServer a team job needs, around a live uvicorn server of this process
+        def __init__(self, agent_dir):
+            self.srv = live_server(start=False)
+
+        def client(self, client_id):
+            return self.srv.client(client_id)
+
+        def stop(self):
+            pass  # live_server closes it at teardown
+
+    data = {
+        "task": "arithmetic", "eval_size": 1, "max_tokens": 6, "concurrency": 4,
+        "swarm": {**SWARM, "training": {**SWARM["training"], "max_steps": 1}},
         "team": {"method": "gspo", "agents": {"a": {"model": {"name": "tiny"}}, "b": {"model": {"name": "tiny-bytes"}, "lr": 1e-4}}},
     }
-    summary, metrics = _train(tmp_path, job, "--method", "hacpo")
-    assert summary["method"] == "hacpo"
+    data["team"]["method"] = "hacpo"
+    summary = train_team(TrainJob.model_validate(data), tmp_path / "run", InProcess)
+    assert summary["method"] == "hacpo" and set(summary["accuracy_after"]) == {"a", "b"}
+    metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     stepped = {m["agent"]: m for m in metrics if "agent" in m}
     for agent in ("a", "b"):  # G own samples per prompt plus the peer's G, exchanged as text
         assert stepped[agent]["own_samples"] == 4 and stepped[agent]["cross_samples"] == 4
         assert {"P/a", "P/b", "cross_s_mean", "retok_len_ratio", "zero_var_frac_joint"} <= set(stepped[agent])
-    cfg = yaml.safe_load((tmp_path / "run" / "agents" / "b" / "swarm_config.yaml").read_text())
+    assert {"eval_accuracy/a", "eval_accuracy/b", "eval_accuracy"} <= {k for m in metrics for k in m}
+    cfg = summary["final_status"]["b"]["config"]
     assert cfg["collaboration"]["method"] == "hacpo" and cfg["training"]["lr"] == 1e-4 and cfg["model"]["name"] == "tiny-bytes"
+
+
+def test_the_command_line_chooses_a_teams_method_and_sync(tmp_path, monkeypatch):
+    import engine.jobs
+    from engine.cli import main
+
+    seen = {}
+    monkeypatch.setattr(engine.jobs, "train", lambda job, run_dir: seen.update(job=job) or {})
+    team = {"agents": {"a": {"model": {"name": "tiny"}}, "b": {"model": {"name": "tiny-bytes"}}}}
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump({"task": "arithmetic", "team": team}))
+    assert main(["train", "--config", str(tmp_path / "job.yaml"), "--method", "naive", "--run-dir", str(tmp_path / "r")]) == 0
+    assert seen["job"].team.method.value == "naive" and seen["job"].team.sync.value == "lockstep"
+    (tmp_path / "one.yaml").write_text(yaml.safe_dump({"task": "arithmetic"}))
+    assert main(["train", "--config", str(tmp_path / "one.yaml"), "--sync", "free"]) == 2  # no team to apply it to
 
 
 def test_each_method_maps_once_to_the_agents_server_configs():
