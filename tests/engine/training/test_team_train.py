@@ -1,6 +1,7 @@
 """`swarm train` runs several models together: a non-shared pair on a two-role workflow (free-running
-steps), a HACPO-family pair with two tokenizers (method chosen on the command line), and a cocktail mix
-on one server with per-task reward curves. Real server subprocesses, real clients, real steps."""
+steps), a HACPO pair with two tokenizers, and a cocktail mix on one server with per-task reward curves.
+Real servers, clients and steps: the team jobs on in-process servers (the same loop), the cocktail
+through the command line and server subprocesses."""
 
 from __future__ import annotations
 
@@ -22,6 +23,32 @@ SWARM = {
 }
 
 
+@pytest.fixture
+def in_process(live_server):
+    """A team job's server factory over in-process live servers: the loop `swarm train` runs over
+    subprocesses, without their start-up cost (the subprocess path is the cocktail test's)."""
+
+    class InProcess:
+        def __init__(self, agent_dir):
+            self.srv = live_server(start=False)
+
+        def client(self, client_id):
+            return self.srv.client(client_id)
+
+        def stop(self):
+            pass  # live_server closes it at teardown
+
+    return InProcess
+
+
+def _train_team(tmp_path, data: dict, factory) -> tuple[dict, list[dict]]:
+    from engine.teams.train import train_team
+
+    summary = train_team(TrainJob.model_validate(data), tmp_path / "run", factory)
+    metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    return summary, metrics
+
+
 def _train(tmp_path, job: dict, *extra: str) -> tuple[dict, list[dict]]:
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
     run_dir = tmp_path / "run"
@@ -37,12 +64,12 @@ def _agent_steps(run_dir, agent: str) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_non_shared_pair_trains_each_model_on_its_own_role(tmp_path):
+def test_non_shared_pair_trains_each_model_on_its_own_role(tmp_path, in_process):
     job = {
         "task": "solve_check", "eval_size": 1, "max_tokens": 6, "concurrency": 4, "swarm": SWARM,
         "team": {"sync": "free", "agents": {"solver": {"model": {"name": "tiny"}}, "checker": {"model": {"name": "tiny", "seed": 1}}}},
     }
-    summary, metrics = _train(tmp_path, job)
+    summary, metrics = _train_team(tmp_path, job, in_process)
     assert summary["method"] == "independent" and summary["sync"] == "free"
     assert {n: st["global_step"] for n, st in summary["final_status"].items()} == {"solver": 2, "checker": 2}
     assert set(summary["accuracy_after"]) == {"solver", "checker"}
@@ -55,30 +82,16 @@ def test_non_shared_pair_trains_each_model_on_its_own_role(tmp_path):
 
 
 @pytest.mark.slow
-def test_hacpo_pair_with_two_tokenizers_trains_through_the_team_loop(tmp_path, live_server):
-    """train_team's HACPO path (sample, exchange, agree, lockstep wait, labelled metrics) on in-process
-    servers: the same loop `swarm train` runs over subprocesses, without their start-up cost."""
-    from engine.teams.train import train_team
-
-    class InProcess:  # the AgentServer a team job needs, around a live uvicorn server of this process
-        def __init__(self, agent_dir):
-            self.srv = live_server(start=False)
-
-        def client(self, client_id):
-            return self.srv.client(client_id)
-
-        def stop(self):
-            pass  # live_server closes it at teardown
-
+def test_hacpo_pair_with_two_tokenizers_trains_through_the_team_loop(tmp_path, in_process):
+    """train_team's HACPO path: sample, exchange, agree, lockstep wait, labelled metrics."""
     data = {
         "task": "arithmetic", "eval_size": 1, "max_tokens": 6, "concurrency": 4,
         "swarm": {**SWARM, "training": {**SWARM["training"], "max_steps": 1}},
         "team": {"method": "gspo", "agents": {"a": {"model": {"name": "tiny"}}, "b": {"model": {"name": "tiny-bytes"}, "lr": 1e-4}}},
     }
     data["team"]["method"] = "hacpo"
-    summary = train_team(TrainJob.model_validate(data), tmp_path / "run", InProcess)
+    summary, metrics = _train_team(tmp_path, data, in_process)
     assert summary["method"] == "hacpo" and set(summary["accuracy_after"]) == {"a", "b"}
-    metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     stepped = {m["agent"]: m for m in metrics if "agent" in m}
     for agent in ("a", "b"):  # G own samples per prompt plus the peer's G, exchanged as text
         assert stepped[agent]["own_samples"] == 4 and stepped[agent]["cross_samples"] == 4
