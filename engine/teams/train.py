@@ -76,6 +76,11 @@ def _start(client: SwarmClient, agent: str) -> int:
         raise SwarmError(f"agent {agent!r}: {e}") from e
 
 
+def _workflow(task, sampling: dict):
+    """The multi-role workflow on an episode group: each role talks to its own episode's server."""
+    return lambda g, item: task.run_roles({r: (g[r].openai(max_retries=0), g[r].model) for r in task.roles}, item, sampling)
+
+
 def _evaluate_team(clients: dict[str, SwarmClient], job: TrainJob, held_out, label: str, step: int, log: MetricsLog) -> dict[str, float]:
     """Per-agent held-out accuracy (a role's reward in independent teams) and their mean."""
     team = job.team
@@ -83,9 +88,8 @@ def _evaluate_team(clients: dict[str, SwarmClient], job: TrainJob, held_out, lab
         task = get_task(job.task)
         greedy = {"temperature": 0.0, "max_tokens": job.max_tokens}
         res = run_groups(
-            clients, held_out,
-            lambda g, it: task.run_roles({r: (g[r].openai(max_retries=0), g[r].model) for r in task.roles}, it, greedy),
-            task_id=lambda it: "eval:" + it.id, concurrency=job.concurrency, is_eval=True,
+            clients, held_out, _workflow(task, greedy), task_id=lambda it: "eval:" + it.id,
+            concurrency=job.concurrency, is_eval=True,
         )
         accs = res.mean_by_role()
         for name, acc in accs.items():
@@ -108,10 +112,9 @@ def _run_step(clients: dict[str, SwarmClient], job: TrainJob, batch, step: int, 
         return f"s{step}:{pair[0]}:{pair[1].id}"
 
     if team.method is TeamMethod.INDEPENDENT:
+        play_roles = _workflow(task, sampling)
         res = run_groups(
-            clients, episodes,
-            lambda g, pair: task.run_roles({r: (g[r].openai(max_retries=0), g[r].model) for r in task.roles}, pair[1], sampling),
-            task_id=task_id, concurrency=job.concurrency,
+            clients, episodes, lambda g, pair: play_roles(g, pair[1]), task_id=task_id, concurrency=job.concurrency
         )
         return res.mean_by_role()
 
