@@ -12,7 +12,8 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from engine.config import SwarmConfig
-from engine.errors import ConfigError
+from engine.errors import ConfigError, SwarmError
+from engine.teams.config import SyncMode, TeamMethod
 
 
 def _load_config(args: argparse.Namespace) -> SwarmConfig:
@@ -74,11 +75,17 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from engine.jobs import TrainJob, train
+    from engine.jobs import TrainJob, read_job_yaml, train
 
-    data = TrainJob.from_yaml(args.config).model_dump() if args.config else TrainJob().model_dump()
+    # Overrides that can make the file's job valid (a team's method, the task) apply before validation.
+    raw = read_job_yaml(args.config) if args.config else {}
     if args.task:
-        data["task"] = args.task
+        raw["task"] = args.task
+    if args.method or args.sync:
+        if not raw.get("team"):
+            raise ConfigError("--method/--sync choose how a team trains; give a job config with `team: {agents: ...}`")
+        raw["team"] = {**raw["team"], **{k: v for k, v in (("method", args.method), ("sync", args.sync)) if v}}
+    data = TrainJob.model_validate(raw).model_dump()
     if args.model:
         data["swarm"]["model"]["name"] = args.model
     training = data["swarm"]["training"]
@@ -122,11 +129,19 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--dashboard-token", default=os.environ.get("A3R_DASHBOARD_TOKEN"), help="access token of the dashboard itself")
     d.set_defaults(fn=_cmd_dashboard)
 
-    tr = sub.add_parser("train", help="train a built-in task end to end (starts the server and the client)")
-    tr.add_argument("--config", help="TrainJob YAML (task, swarm: SwarmConfig, eval_size, ...)")
+    tr = sub.add_parser(
+        "train", help="train a built-in task end to end (starts the server(s) and the client): one model, "
+        "a task mix (mix:), or a team of models (team:)",
+    )
+    tr.add_argument("--config", help="TrainJob YAML (task or mix, swarm: SwarmConfig, team, eval_size, ...)")
     tr.add_argument("--task", help="arithmetic, countdown or calculator")
     tr.add_argument("--model", help="override swarm.model.name")
     tr.add_argument("--steps", type=int, help="override swarm.training.max_steps (default 10)")
+    tr.add_argument(
+        "--method", choices=[m.value for m in TeamMethod],
+        help="override team.method: independent (multi-role, non-shared), hacpo, naive, gspo or gspox2",
+    )
+    tr.add_argument("--sync", choices=[m.value for m in SyncMode], help="override team.sync (lockstep or free)")
     tr.add_argument("--run-dir", help="where checkpoints, metrics and summary.json go (default runs/<task>-<time>)")
     tr.set_defaults(fn=_cmd_train)
 
@@ -136,6 +151,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, ValidationError) as e:
         print(f"swarm: {e}", file=sys.stderr)
         return 2
+    except SwarmError as e:  # a server that would not start, a group left in doubt, ...: the message says why
+        print(f"swarm: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -7,12 +7,14 @@ Cross-field invariants are checked at construction with messages that say what t
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from engine.algorithms.config import HacpoConfig
 from engine.errors import ConfigError
 
 
@@ -100,6 +102,49 @@ class EpisodeConfig(_Frozen):
     max_context_tokens: int = Field(4096, ge=16, description="Prompt + completion cap; longer requests get HTTP 400.")
 
 
+class CollabMethod(str, Enum):
+    """How the servers of a collaboration group share rollouts (specs/hacpo.md, baselines)."""
+
+    HACPO = "hacpo"  # cross samples with capability baseline, omega, exponential weight, stepwise clip
+    NAIVE = "naive"  # cross samples treated as on-policy, joint plain mean/std
+    GSPO = "gspo"  # own G samples only (no exchange), same loss code path
+    GSPOX2 = "gspox2"  # own 2G samples only: as many rollouts per learner as HACPO trains on
+
+    @property
+    def exchanges(self) -> bool:
+        return self in (CollabMethod.HACPO, CollabMethod.NAIVE)
+
+
+class CollaborationConfig(_Frozen):
+    """This server is one agent of a group of models that train together on one task (HACPO family).
+
+    The trainer then runs the HACPO step (own samples GSPO-style, cross samples re-tokenised from text)
+    instead of algorithm.policy_loss; the pool must wait for the client to say a step is complete (its
+    cross samples imported), so pool.policy must be one of the agree policies.
+    """
+
+    agent: str = Field(..., min_length=1, max_length=64, description="This server's agent name (the `source` of its samples).")
+    method: CollabMethod = Field(CollabMethod.HACPO, description="hacpo, naive (sharing), gspo or gspox2 (own samples only).")
+    hacpo: HacpoConfig = Field(
+        default_factory=HacpoConfig,
+        description="HACPO's coefficients and ablation flags (alpha, delta, delta_step, eps, K, capability_baseline, ...).",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _naive_flags(cls, data: Any) -> Any:
+        # Naive sharing is HacpoConfig(naive_sharing=True): one code path, its flags implied there.
+        if not isinstance(data, dict):
+            return data
+        method, hacpo = data.get("method", CollabMethod.HACPO), data.get("hacpo", {})
+        hacpo = hacpo.model_dump(exclude_unset=True) if isinstance(hacpo, HacpoConfig) else dict(hacpo)
+        if CollabMethod(method) is CollabMethod.NAIVE:
+            return {**data, "hacpo": {**hacpo, "naive_sharing": True}}
+        if hacpo.get("naive_sharing"):
+            raise ConfigError(f"hacpo.naive_sharing is the 'naive' method; set method: naive instead of {method!r}")
+        return data
+
+
 class SwarmConfig(_Frozen):
     """Everything a swarm server needs to host and train one model."""
 
@@ -110,6 +155,9 @@ class SwarmConfig(_Frozen):
     pool: PoolConfig = PoolConfig()
     training: TrainingConfig = TrainingConfig()
     episodes: EpisodeConfig = EpisodeConfig()
+    collaboration: CollaborationConfig | None = Field(
+        None, description="Set when this server is one agent of a HACPO-style group (see CollaborationConfig)."
+    )
     run_dir: str | None = Field(None, description="Checkpoints and metrics.jsonl go here; a restart with the same dir resumes.")
 
     @model_validator(mode="after")
@@ -119,6 +167,11 @@ class SwarmConfig(_Frozen):
             raise ConfigError(
                 f"training.micro_batch_size ({t.micro_batch_size}) exceeds mini_batch_size ({t.mini_batch_size}); "
                 "a micro-batch is a slice of a mini-batch, so lower micro_batch_size."
+            )
+        if self.collaboration is not None and self.pool.policy not in ("all_clients_agree", "any_client_agrees"):
+            raise ConfigError(
+                f"collaboration needs the client to trigger each step once the shared samples are in; "
+                f"pool.policy={self.pool.policy!r} would train before. Set pool.policy to 'any_client_agrees'."
             )
         from engine.algorithms import advantage_names, policy_loss_defaults, policy_loss_names
 

@@ -31,3 +31,26 @@ class BadRequest(SwarmError, ValueError):
 
 class ModelLoadError(SwarmError, RuntimeError):
     """A model could not be found or loaded."""
+
+
+class GroupConflict(SwarmError, RuntimeError):
+    """An episode group's two-phase commit was asked for a step its state forbids (commit after abort...)."""
+
+
+class GroupNotFound(SwarmError, KeyError):
+    """No episode of this group was prepared on this server."""
+
+
+class GroupInDoubt(SwarmError, RuntimeError):
+    """Every server prepared a group but some did not confirm the commit in time.
+
+    The prepared episodes are durable on those servers; committing the group again (same id) finishes it.
+    """
+
+    def __init__(self, group_id: str, pending: list[str], reason: str):
+        super().__init__(
+            f"group {group_id!r} is prepared everywhere but not yet committed on {', '.join(pending)} "
+            f"({reason}); retry EpisodeGroup.finish() or POST /swarm/groups/{group_id}/commit there"
+        )
+        self.group_id = group_id
+        self.pending = pending

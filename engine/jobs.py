@@ -4,6 +4,13 @@ It starts a real swarm server as a subprocess on a free loopback port, configure
 measures held-out greedy accuracy, runs task episodes (B tasks x N repeats per step) until the server
 has taken `max_steps` training steps, measures accuracy again, and writes `summary.json`. A rerun with
 the same run dir resumes: the server reloads its checkpoint and the client skips the data already used.
+
+Two variants share the job config:
+- cocktail (`mix: {task: share}`): one server, several tasks mixed by share. Each task runs as its own
+  client, and the server's per-client throttle (`pool.client_share`, mapped here from the shares) holds
+  every batch to the mix; per-task rewards (`reward/<task>`) and held-out accuracies
+  (`eval_accuracy/<task>`) land in the metrics.
+- team (`team:`): several models, one server each (engine.teams).
 """
 
 from __future__ import annotations
@@ -16,10 +23,11 @@ import socket
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from rich.console import Console
 
 from engine.client import SwarmClient, run_episodes
@@ -27,6 +35,7 @@ from engine.config import SwarmConfig
 from engine.errors import ConfigError
 from engine.tasks import get_task
 from engine.tasks.base import HELD_OUT_SEED, split_items
+from engine.teams.config import TeamConfig, TeamMethod
 from engine.training.checkpoint import checkpoints_dir
 from engine.training.metrics import MetricsLog
 
@@ -54,6 +63,14 @@ class TrainJob(BaseModel):
     temperature: float = Field(1.0, ge=0, description="Sampling temperature of training episodes.")
     max_tokens: int = Field(32, ge=1, description="Reply budget per LLM call.")
     concurrency: int = Field(16, ge=1, description="Episodes in flight at once (the server batches them).")
+    mix: dict[str, float] = Field(
+        default_factory=dict,
+        description="Cocktail training: task -> share of every batch (shares sum to 1), e.g. "
+        "{arithmetic: 0.5, countdown: 0.5}. Replaces `task`; shares are rounded to whole tasks per batch.",
+    )
+    team: TeamConfig | None = Field(
+        None, description="Several models, one server each: non-shared multi-model or HACPO-style groups."
+    )
     keep_final_checkpoint: bool = Field(
         True,
         description="Keep the checkpoints once the job reaches max_steps. False deletes them when the job "
@@ -61,13 +78,68 @@ class TrainJob(BaseModel):
         "SmolLM2 run (weights + AdamW state, last two checkpoints).",
     )
 
+    @model_validator(mode="after")
+    def _check(self) -> TrainJob:
+        for name in self.mix or [self.task]:
+            get_task(name)  # raises with the valid names
+        if self.mix:
+            if self.team is not None:
+                raise ConfigError("a job is either a cocktail (mix) or a team; split it into two jobs")
+            if any(v <= 0 for v in self.mix.values()) or abs(sum(self.mix.values()) - 1.0) > 1e-6:
+                raise ConfigError(f"mix shares must be positive and sum to 1, got {self.mix}")
+            if len(self.mix) > self.swarm.pool.batch_size:
+                raise ConfigError(
+                    f"{len(self.mix)} tasks cannot share a batch of {self.swarm.pool.batch_size} tasks; "
+                    "raise swarm.pool.batch_size to at least the number of tasks"
+                )
+            if self.swarm.pool.client_share:
+                raise ConfigError("mix sets swarm.pool.client_share from the shares; remove client_share")
+        if self.team is not None:
+            roles = getattr(get_task(self.task), "roles", None)
+            if self.team.method is TeamMethod.INDEPENDENT and set(roles or ()) != set(self.team.agents):
+                raise ConfigError(
+                    f"an independent team plays a multi-role task with one agent per role; task {self.task!r} "
+                    f"has roles {list(roles or [])} but the agents are {list(self.team.agents)}"
+                )
+        return self
+
+    def tasks_per_batch(self) -> dict[str, int]:
+        """Tasks of each mixed task in one batch of B (largest remainder, every task at least one)."""
+        if not self.mix:
+            return {self.task: self.swarm.pool.batch_size}
+        B = self.swarm.pool.batch_size
+        counts = {t: int(share * B) for t, share in self.mix.items()}
+        by_remainder = sorted(self.mix, key=lambda t: self.mix[t] * B - counts[t], reverse=True)
+        for t in by_remainder[: B - sum(counts.values())]:
+            counts[t] += 1
+        for t in [t for t, n in counts.items() if n == 0]:  # every task in every batch (len(mix) <= B)
+            counts[max(counts, key=counts.get)] -= 1
+            counts[t] = 1
+        return counts
+
+    def server_config(self, run_dir: Path) -> SwarmConfig:
+        """The one mapping of a single-server job to its server: run dir, and the mix as client shares."""
+        update: dict = {"run_dir": str(run_dir)}
+        if self.mix:
+            B = self.swarm.pool.batch_size
+            shares = {t: n / B for t, n in self.tasks_per_batch().items()}
+            update["pool"] = self.swarm.pool.model_copy(update={"client_share": shares})
+        return self.swarm.model_copy(update=update)
+
     @classmethod
     def from_yaml(cls, path: str | Path) -> TrainJob:
-        try:
-            data = yaml.safe_load(Path(path).read_text()) or {}
-        except (OSError, yaml.YAMLError) as e:
-            raise ConfigError(f"cannot read job config {path}: {e}") from e
-        return cls.model_validate(data)
+        return cls.model_validate(read_job_yaml(path))
+
+
+def read_job_yaml(path: str | Path) -> dict:
+    """A job config file's data, not yet validated (the command line may still override fields)."""
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+    except (OSError, yaml.YAMLError) as e:
+        raise ConfigError(f"cannot read job config {path}: {e}") from e
+    if not isinstance(data, dict):
+        raise ConfigError(f"job config {path} must be a mapping of TrainJob fields, got {type(data).__name__}")
+    return data
 
 
 def free_port() -> int:
@@ -79,7 +151,9 @@ def free_port() -> int:
 class ServerProcess:
     """A `swarm serve` subprocess on loopback with a fresh admin token."""
 
-    def __init__(self, run_dir: Path | None, log_path: Path | None = None, port: int | None = None) -> None:
+    def __init__(
+        self, run_dir: Path | None, log_path: Path | None = None, port: int | None = None, a3r_metrics: bool = True
+    ) -> None:
         self.port = port or free_port()
         self.token = "sk-admin-" + secrets.token_urlsafe(24)
         self.url = f"http://127.0.0.1:{self.port}"
@@ -88,6 +162,8 @@ class ServerProcess:
             cmd += ["--run-dir", str(run_dir)]
         # The server exits when this process does, even on SIGKILL (see engine.server.serve.exit_with_parent).
         env = {**os.environ, "SWARM_ADMIN_TOKEN": self.token, "SWARM_EXIT_WITH_PARENT": str(os.getpid())}
+        if not a3r_metrics:  # several servers of one job: the job writes A3R's metrics, labelled per agent
+            env.pop("A3R_METRICS_FILE", None)
         out = open(log_path, "ab") if log_path else subprocess.DEVNULL
         self.proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
         self._wait_healthy()
@@ -122,9 +198,12 @@ class ServerProcess:
                 self.proc.wait()
 
 
-def evaluate(client: SwarmClient, job: TrainJob, items, label: str, step: int, log: MetricsLog) -> float:
-    """Greedy accuracy on the held-out items, printed and logged as `eval_accuracy` at `step`."""
-    task = get_task(job.task)
+def evaluate(
+    client: SwarmClient, job: TrainJob, items, label: str, step: int, log: MetricsLog,
+    task_name: str | None = None, key: str = "eval_accuracy",
+) -> float:
+    """Greedy accuracy on the held-out items, printed and logged as `key` at `step`."""
+    task = get_task(task_name or job.task)
     greedy = {"temperature": 0.0, "max_tokens": job.max_tokens}
     res = run_episodes(
         client,
@@ -136,64 +215,102 @@ def evaluate(client: SwarmClient, job: TrainJob, items, label: str, step: int, l
         show_progress=True,
     )
     acc = res.mean_reward
-    console.print(f"[bold]{label}[/] greedy accuracy on {len(items)} held-out items: {acc:.3f}")
+    console.print(f"[bold]{label}[/] greedy accuracy ({key}) on {len(items)} held-out items: {acc:.3f}")
+    log.write({"step": step, key: acc})
+    return acc
+
+
+def _evaluate_mix(clients: dict[str, SwarmClient], job: TrainJob, held_out: dict, label: str, step: int, log: MetricsLog) -> float:
+    """Held-out accuracy of every task (`eval_accuracy/<task>` in a mix) and their share-weighted mean."""
+    if not job.mix:
+        return evaluate(clients[job.task], job, held_out[job.task], label, step, log)
+    accs = {t: evaluate(clients[t], job, held_out[t], label, step, log, t, f"eval_accuracy/{t}") for t in job.mix}
+    acc = sum(job.mix[t] * a for t, a in accs.items())
     log.write({"step": step, "eval_accuracy": acc})
     return acc
 
 
 def train(job: TrainJob, run_dir: Path) -> dict:
     """Run the job to `swarm.training.max_steps` and return the summary (also written to run_dir)."""
+    if job.team is not None:
+        from engine.teams.train import train_team
+
+        return train_team(job, run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     max_steps = job.swarm.training.max_steps
     if max_steps is None:
         raise ConfigError("swarm train needs swarm.training.max_steps (how many optimizer steps to run)")
-    cfg = job.swarm.model_copy(update={"run_dir": str(run_dir)})
-    task = get_task(job.task)
-    B, N = cfg.pool.batch_size, cfg.pool.group_size
-    train_items, held_out = split_items(task, B * max_steps, job.eval_size, job.seed, job.eval_seed)
+    cfg = job.server_config(run_dir)
+    per_batch = job.tasks_per_batch()
+    N = cfg.pool.group_size
+    data = {
+        t: split_items(get_task(t), n * max_steps, job.eval_size, job.seed, job.eval_seed) for t, n in per_batch.items()
+    }
+    held_out = {t: d[1] for t, d in data.items()}
     # Held-out accuracy goes where the server's per-step metrics go (run dir, and A3R's metrics file).
     log = MetricsLog(run_dir)
     sampling = {"temperature": job.temperature, "max_tokens": job.max_tokens}
 
     server = ServerProcess(run_dir, log_path=run_dir / "server.log")
-    summary: dict = {"task": job.task, "model": cfg.model.name, "max_steps": max_steps, "evals": []}
+    name = "+".join(per_batch) if job.mix else job.task
+    summary: dict = {"task": name, "model": cfg.model.name, "max_steps": max_steps, "evals": []}
+    if job.mix:
+        summary["mix"] = per_batch
+    # In a mix each task is its own client: the server's per-client throttle keeps every batch to the mix.
+    clients = {t: server.client(t if job.mix else "trainer") for t in per_batch}
     try:
-        with server.client() as client:
-            client.configure(cfg)
-            st = client.start(wait=True)
+        client = next(iter(clients.values()))
+        client.configure(cfg)
+        st = client.start(wait=True)
+        step = st["global_step"]
+        console.print(f"server ROLLING at step {step} ({cfg.model.name}, {cfg.algorithm.policy_loss})")
+        if job.eval_size and step == 0:
+            summary["accuracy_before"] = _evaluate_mix(clients, job, held_out, "before", 0, log)
+        while step < max_steps:
+            rewards = _run_mixed_step(clients, job, data, per_batch, step, N, sampling)
+            st = client.wait_for_step(step + 1, timeout=3600)
             step = st["global_step"]
-            console.print(f"server ROLLING at step {step} ({cfg.model.name}, {cfg.algorithm.policy_loss})")
-            if job.eval_size and step == 0:
-                summary["accuracy_before"] = evaluate(client, job, held_out, "before", 0, log)
-            while step < max_steps:
-                batch = train_items[step * B : (step + 1) * B]
-                # A task is (step, position): a problem drawn twice in one step is two GRPO groups of N,
-                # not one group of 2N that the pool would never see complete.
-                episodes = [(k, it) for k, it in enumerate(batch) for _ in range(N)]
-                res = run_episodes(
-                    client,
-                    episodes,
-                    lambda ep, pair: task.run(ep.openai(max_retries=0), ep.model, pair[1], sampling),
-                    task_id=lambda pair, step=step: f"s{step}:{pair[0]}:{pair[1].id}",
-                    concurrency=job.concurrency,
-                    show_progress=True,
-                )
-                st = client.wait_for_step(step + 1, timeout=3600)
-                step = st["global_step"]
-                m = st.get("last_metrics") or {}
-                console.print(
-                    f"step {step}/{max_steps} reward {res.mean_reward:.3f} loss {m.get('pg_loss', float('nan')):.4f} "
-                    f"step time {m.get('step_time_s', float('nan')):.1f}s"
-                )
-                if job.eval_every and step % job.eval_every == 0 and step < max_steps:
-                    acc = evaluate(client, job, held_out, f"step {step}", step, log)
-                    summary["evals"].append({"step": step, "accuracy": acc})
-            if job.eval_size:
-                summary["accuracy_after"] = evaluate(client, job, held_out, "after", step, log)
-            summary["final_status"] = client.status()
+            m = st.get("last_metrics") or {}
+            mixed = "".join(f" {t} {r:.3f}" for t, r in rewards.items()) if job.mix else f" {rewards[job.task]:.3f}"
+            console.print(
+                f"step {step}/{max_steps} reward{mixed} loss {m.get('pg_loss', float('nan')):.4f} "
+                f"step time {m.get('step_time_s', float('nan')):.1f}s"
+            )
+            if job.eval_every and step % job.eval_every == 0 and step < max_steps:
+                acc = _evaluate_mix(clients, job, held_out, f"step {step}", step, log)
+                summary["evals"].append({"step": step, "accuracy": acc})
+        if job.eval_size:
+            summary["accuracy_after"] = _evaluate_mix(clients, job, held_out, "after", step, log)
+        summary["final_status"] = client.status()
     finally:
+        for c in clients.values():
+            c.close()
         server.stop()
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     if not job.keep_final_checkpoint:
         shutil.rmtree(checkpoints_dir(run_dir), ignore_errors=True)
     return summary
+
+
+def _run_mixed_step(clients, job: TrainJob, data, per_batch: dict[str, int], step: int, N: int, sampling) -> dict[str, float]:
+    """One step's episodes: each task's share of the batch (B tasks x N repeats), the tasks concurrently."""
+
+    def run_task(t: str) -> float:
+        task, n = get_task(t), per_batch[t]
+        batch = data[t][0][step * n : (step + 1) * n]
+        # A task is (step, position): a problem drawn twice in one step is two GRPO groups of N,
+        # not one group of 2N that the pool would never see complete.
+        episodes = [(k, it) for k, it in enumerate(batch) for _ in range(N)]
+        prefix = f"{t}:" if job.mix else ""
+        res = run_episodes(
+            clients[t],
+            episodes,
+            lambda ep, pair: task.run(ep.openai(max_retries=0), ep.model, pair[1], sampling),
+            task_id=lambda pair: f"{prefix}s{step}:{pair[0]}:{pair[1].id}",
+            concurrency=max(1, job.concurrency // len(per_batch)),
+            show_progress=True,
+        )
+        return res.mean_reward
+
+    with ThreadPoolExecutor(len(per_batch)) as pool:
+        return dict(zip(per_batch, pool.map(run_task, per_batch), strict=True))

@@ -99,9 +99,13 @@ class EpisodeResult:
     timelines: list[Timeline]
     metadata: dict[str, Any] = field(default_factory=dict)
     seq: int = 0  # arrival order in the pool, assigned by the pool
+    # The last call's request messages; kept only where a collaboration group re-renders them for peers.
+    prompt_messages: list[dict[str, Any]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        extra = {} if self.prompt_messages is None else {"prompt_messages": self.prompt_messages}
         return {
+            **extra,
             "seq": self.seq,
             "episode_id": self.episode_id,
             "task_id": self.task_id,
@@ -121,6 +125,7 @@ class EpisodeResult:
             [Timeline.from_dict(t) for t in d["timelines"]],
             dict(d.get("metadata") or {}),
             int(d.get("seq", 0)),
+            d.get("prompt_messages"),
         )
 
 

@@ -541,8 +541,10 @@ def _fixed(
                 fixed[knob.key] = knob.coerce(lv[1])
             except ValueError as e:
                 raise GoalParseError(_why(e), understood) from None
+    # a mention a studied variable claims as one of its values ("gspo" against "hacpo") fixes nothing else
+    stood = {(v.start, v.end) for v in values if v.stands_for and v.knob.key in studied and v.knob.claims_stand_ins}
     for knob in KNOBS:
-        named = _named(values, knob)
+        named = _named([v for v in values if (v.start, v.end) not in stood], knob)
         if knob.key not in studied and knob.key != "task" and len(named) == 1:
             fixed[knob.key] = named[0]
     return fixed

@@ -68,6 +68,18 @@ def _literal(config_class: str, field_name: str) -> Callable[[], tuple[str, ...]
     return read
 
 
+def _team_methods() -> tuple[str, ...]:
+    """The collaboration methods of a pair on one task (independent teams need a multi-role task)."""
+    from engine.teams.config import TeamMethod
+
+    return tuple(m.value for m in TeamMethod if m.collab is not None)
+
+
+# The pair a training-method goal trains when it names none: two SmolLM2-135M agents (a homogeneous pair;
+# `--set team.agents=...` gives another, e.g. two models with different tokenizers).
+DEFAULT_PAIR = {"first": {"model": {"name": "smollm2-135m"}}, "second": {"model": {"name": "smollm2-135m"}}}
+
+
 def _switch() -> tuple[bool, ...]:
     return (False, True)
 
@@ -94,6 +106,9 @@ class Knob:
     # a value of ANOTHER knob that, compared against one of this knob's choices, stands for one of them:
     # phrase -> (choice, the reason, said aloud as an assumption)
     stands_for: dict[str, tuple[Any, str]] = field(default_factory=dict)
+    # when studied, a phrase it reads through `stands_for` means only that: it fixes no other knob's value
+    # ("hacpo versus gspo" compares training methods; it does not also pin the policy loss to gspo)
+    claims_stand_ins: bool = False
 
     def valid_choices(self) -> tuple[Any, ...]:
         return self.choices() if self.choices else ()
@@ -442,6 +457,26 @@ KNOBS: tuple[Knob, ...] = (
             "model tiny": "tiny",
         },
         bare_choices=False,  # "tiny" is an everyday word
+    ),
+    # how several models train together (engine.teams): HACPO against its baselines
+    Knob(
+        "training method",
+        "team.method",
+        "choice",
+        "choice",
+        short="method",
+        choices=_team_methods,
+        aliases=("multi agent training method", "collaboration method", "team method", "training method"),
+        value_names={"hacpo": "hacpo", "gspox2": "gspox2", "gspo x2": "gspox2", "naive sharing": "naive"},
+        bare_choices=False,  # "gspo" is first a policy loss; "independent", "naive" are everyday words
+        requires={"team.agents": DEFAULT_PAIR},
+        claims_stand_ins=True,
+        stands_for={
+            "gspo": (
+                "gspo",
+                "compared with HACPO, GSPO is the team whose agents train on their own samples only",
+            )
+        },
     ),
     Knob(
         "task",

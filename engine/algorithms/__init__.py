@@ -1,7 +1,7 @@
 """Pure torch algorithm functions shared by every backend: advantage estimators and policy losses in
 typed registries (`registry`), their configs (`config`), and HACPO's dedicated API (`hacpo`).
 
-Importing this package registers the built-ins: advantages grpo, rloo; policy losses ppo_clip, dapo, gspo.
+Importing this package registers the built-ins: advantages grpo, rloo; policy losses ppo_clip, dapo, gspo, nll.
 """
 
 from engine.algorithms.advantages import grpo_advantages, rloo_advantages
@@ -25,6 +25,7 @@ from engine.algorithms.losses import (
     gspo_loss,
     kl_penalty,
     masked_mean,
+    nll_loss,
     ppo_clip_loss,
     token_logprobs,
 )
@@ -74,6 +75,7 @@ __all__ = [
     "hacpo_omega",
     "kl_penalty",
     "masked_mean",
+    "nll_loss",
     "policy_loss_defaults",
     "policy_loss_names",
     "ppo_clip_loss",

@@ -18,6 +18,8 @@ Implemented (registered names, with the LossConfig defaults each registers; see 
   ratio s_it = sg(s_i) * pi_t / sg(pi_t), whose value is s_i and whose gradient is s_i * grad log pi_t;
   clipped like PPO with defaults 3e-4 / 4e-4 and seq_mean_token_mean. With one advantage per sequence this
   gradient equals sequence-level GSPO's.
+- `nll`: supervised negative log-likelihood of the trainable tokens (SFT on given replies, e.g. to give
+  agents their skills before RL); advantages and old log-probs are ignored.
 
 Regularisers, aggregated like the policy term: + kl_coef * KL(pi || pi_ref) (estimator k1/k2/k3) and
 - entropy_coef * entropy. Deliberately not here: value losses/GAE, dual-clip PPO, truncated importance
@@ -37,6 +39,7 @@ __all__ = [
     "dapo_loss",
     "entropy_from_logits",
     "gspo_loss",
+    "nll_loss",
     "kl_penalty",
     "masked_mean",
     "ppo_clip_loss",
@@ -347,4 +350,26 @@ def gspo_loss(
             "approx_kl": _approx_kl(logp_BT - old_logp_BT, mask_BT),
         }
     loss = _add_regularisers(pg_loss, metrics, logp_BT, mask_BT, weights_B, cfg, ref_logp_BT, entropy_BT)
+    return loss, metrics
+
+
+@register_policy_loss("nll", defaults={"agg": "token_mean"})
+def nll_loss(
+    *,
+    logp_BT: torch.Tensor,
+    old_logp_BT: torch.Tensor,
+    advantages_B: torch.Tensor,
+    mask_BT: torch.Tensor,
+    weights_B: torch.Tensor,
+    cfg: LossConfig,
+    ref_logp_BT: torch.Tensor | None = None,
+    entropy_BT: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Supervised NLL: aggregate(-log pi_t) over the trainable tokens (cfg.agg, weighted). advantages_B and
+    old_logp_BT are accepted for the shared signature and ignored. Metrics: pg_loss (= nll), kl, entropy."""
+    _check_inputs(logp_BT, old_logp_BT, advantages_B, mask_BT, weights_B, cfg, ref_logp_BT, entropy_BT)
+    logp_BT, ref_logp_BT, entropy_BT = _zero_masked(mask_BT, logp_BT, ref_logp_BT, entropy_BT)
+    nll = aggregate(-logp_BT, mask_BT, weights_B, cfg.agg, max_seq_len_norm=cfg.max_seq_len_norm)
+    metrics = {"pg_loss": nll.item()}
+    loss = _add_regularisers(nll, metrics, logp_BT, mask_BT, weights_B, cfg, ref_logp_BT, entropy_BT)
     return loss, metrics

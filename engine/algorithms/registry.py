@@ -7,7 +7,7 @@ and may attach recommended config defaults (e.g. GSPO's tiny clip range). Lookup
 `UnknownName` (a KeyError) listing the valid names.
 
 Built-ins are registered when `engine.algorithms` is imported: advantages `grpo`, `rloo`; policy losses
-`ppo_clip`, `dapo`, `gspo`.
+`ppo_clip`, `dapo`, `gspo`, `nll`.
 
 HACPO is deliberately NOT registered: its advantage needs each sample's source agent, the learner and the
 agents' capabilities, and its loss needs per-sequence source log-probs from another tokenizer, omega and

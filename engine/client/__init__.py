@@ -1,7 +1,8 @@
 """Client SDK: drive a swarm server and run episodes against it from any agent code."""
 
-from engine.client.client import Episode, EpisodeGroup, EpisodeOutcome, SwarmClient, SwarmHTTPError
-from engine.client.runner import RunnerResult, run_episodes
+from engine.client.client import Episode, EpisodeOutcome, SwarmClient, SwarmHTTPError
+from engine.client.group import EpisodeGroup
+from engine.client.runner import RunnerResult, run_episodes, run_groups
 
 __all__ = [
     "Episode",
@@ -11,4 +12,5 @@ __all__ = [
     "SwarmClient",
     "SwarmHTTPError",
     "run_episodes",
+    "run_groups",
 ]

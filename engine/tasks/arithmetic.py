@@ -1,4 +1,8 @@
-"""Single-turn arithmetic: "What is 23 + 41?" with reward 1 when the last integer of the reply is right."""
+"""Single-turn arithmetic: "What is 23 + 41?" with reward 1 when the last integer of the reply is right.
+
+Built-ins: `arithmetic` (additions) and `arithmetic_pm` (additions and subtractions, the toy task of the
+HACPO reproduction, where two agents are each taught one operation).
+"""
 
 from __future__ import annotations
 
@@ -9,10 +13,8 @@ from engine.tasks.base import Item, last_integer
 
 
 class Arithmetic:
-    name = "arithmetic"
-
-    def __init__(self, low: int = 1, high: int = 50, ops: str = "+") -> None:
-        self.low, self.high, self.ops = low, high, ops
+    def __init__(self, low: int = 1, high: int = 50, ops: str = "+", name: str = "arithmetic") -> None:
+        self.low, self.high, self.ops, self.name = low, high, ops, name
 
     def dataset(self, n: int, seed: int) -> list[Item]:
         rng = random.Random(seed)

@@ -22,6 +22,9 @@ class Item:
 
 
 class Task(Protocol):
+    """One agent plays the task. Multi-model tasks also have `roles` and `run_roles(llms, item, sampling)`
+    (role -> (client, model) in, role -> reward out): each role may then be its own model and server."""
+
     name: str
 
     def dataset(self, n: int, seed: int) -> list[Item]: ...
@@ -82,8 +85,10 @@ def _registry() -> dict[str, Task]:
     from engine.tasks.arithmetic import Arithmetic
     from engine.tasks.calculator import CalculatorAgent
     from engine.tasks.countdown import Countdown
+    from engine.tasks.solve_check import SolveCheck
 
-    return {t.name: t for t in (Arithmetic(), Countdown(), CalculatorAgent())}
+    tasks = (Arithmetic(), Arithmetic(ops="+-", name="arithmetic_pm"), Countdown(), CalculatorAgent(), SolveCheck())
+    return {t.name: t for t in tasks}
 
 
 def task_names() -> tuple[str, ...]:

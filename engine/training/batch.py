@@ -73,3 +73,11 @@ def collate(samples: list[Sample], pad_id: int) -> Collated:
 def chunks(n: int, size: int) -> list[slice]:
     """Slices covering range(n) in order, each at most `size` long."""
     return [slice(i, min(i + size, n)) for i in range(0, n, size)]
+
+
+def prompt_then_length(sample: Sample) -> tuple[list[int], int]:
+    """Sort key: the tokens before the first trainable one, then the length. Samples of one prompt end up
+    side by side (a micro-batch then runs their shared prompt once) with little padding."""
+    tl = sample.timeline
+    first = next((i for i, m in enumerate(tl.loss_mask) if m), tl.n_tokens)
+    return tl.token_ids[:first], tl.n_tokens

@@ -22,3 +22,12 @@ class MetricsLog:
             p.parent.mkdir(parents=True, exist_ok=True)
             with open(p, "a", encoding="utf-8") as f:
                 f.write(line)
+
+
+def reward_by_client(batch) -> dict[str, float]:
+    """`reward/<client_id>`: mean reward of each client's episodes in a batch. In a cocktail (task mix)
+    each task runs as its own client, so these are the per-task reward curves."""
+    by: dict[str, list[float]] = {}
+    for e in batch:
+        by.setdefault(e.client_id, []).append(e.reward)
+    return {f"reward/{c}": sum(r) / len(r) for c, r in sorted(by.items())}

@@ -45,7 +45,7 @@ def _loss(*, logp_BT, old_logp_BT, advantages_B, mask_BT, weights_B, cfg, ref_lo
 
 def test_builtins_are_registered():
     assert advantage_names() == ("grpo", "rloo")
-    assert policy_loss_names() == ("dapo", "gspo", "ppo_clip")
+    assert policy_loss_names() == ("dapo", "gspo", "nll", "ppo_clip")
     assert get_advantage_estimator("grpo") is grpo_advantages
     assert get_policy_loss("gspo") is gspo_loss
 
@@ -73,10 +73,10 @@ def test_lookup_error_is_a_key_error_listing_valid_names():
     with pytest.raises(KeyError) as err:
         get_policy_loss("ppo")
     assert isinstance(err.value, UnknownName)
-    assert str(err.value) == "unknown policy loss 'ppo'; valid names: dapo, gspo, ppo_clip"
+    assert str(err.value) == "unknown policy loss 'ppo'; valid names: dapo, gspo, nll, ppo_clip"
     with pytest.raises(UnknownName, match="valid names: grpo, rloo"):
         get_advantage_estimator("gae")
-    with pytest.raises(UnknownName, match="valid names: dapo, gspo, ppo_clip"):
+    with pytest.raises(UnknownName, match="valid names: dapo, gspo, nll, ppo_clip"):
         policy_loss_defaults("nope")
 
 

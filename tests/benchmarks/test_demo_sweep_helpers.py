@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "demo_sweep.py"
-_spec = importlib.util.spec_from_file_location("demo_sweep", _PATH)
-ds = importlib.util.module_from_spec(_spec)
-sys.modules["demo_sweep"] = ds
-_spec.loader.exec_module(ds)
+from tests_support import load_benchmark
+
+ds = load_benchmark("demo_sweep")
 
 
 def test_flatten_nested_dicts_to_dotted_keys():

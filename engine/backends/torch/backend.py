@@ -18,6 +18,7 @@ from engine.training.checkpoint import commit_checkpoint, latest_checkpoint, rea
 from engine.training.metrics import MetricsLog
 from engine.types import EpisodeResult
 
+from .hacpo_trainer import HacpoTrainer
 from .inference import TorchInferenceEngine
 from .trainer import TorchTrainer
 
@@ -59,12 +60,14 @@ class TorchBackend:
         self.inference = TorchInferenceEngine(
             model, loaded.tokenizer, stop_token_ids=list(loaded.end_of_turn_ids)
         )
-        self.trainer = TorchTrainer(model, loaded.tokenizer.pad_token_id, cfg)
+        trainer_cls = TorchTrainer if cfg.collaboration is None else HacpoTrainer
+        self.trainer = trainer_cls(model, loaded.tokenizer.pad_token_id, cfg)
         self.metrics = MetricsLog(cfg.run_dir)
         if ckpt is not None:
             state = read_state(ckpt)
             self.trainer.optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", weights_only=True))
             self.trainer.global_step = int(state["global_step"])
+            self.trainer.load_extra_state(state)
             log.info("resumed from %s at step %d", ckpt, self.trainer.global_step)
 
     @property
@@ -93,7 +96,7 @@ class TorchBackend:
             self.cfg.run_dir,
             self.global_step,
             write,
-            {"model": self.cfg.model.name, "lora": self.cfg.lora.enabled},
+            {"model": self.cfg.model.name, "lora": self.cfg.lora.enabled, **self.trainer.extra_state()},
         )
         return True
 

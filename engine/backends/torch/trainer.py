@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import time
 from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -23,8 +25,20 @@ from engine.backends.torch.forward import plan_forward, target_logits
 from engine.backends.torch.kv import cache_kwarg
 from engine.config import SwarmConfig
 from engine.training.algo_config import advantage_config, loss_config
-from engine.training.batch import build_samples, chunks, collate
-from engine.types import EpisodeResult, Sample
+from engine.training.batch import Collated, build_samples, chunks, collate, prompt_then_length
+from engine.training.metrics import reward_by_client
+from engine.types import EpisodeResult
+
+
+@dataclass
+class MicroForward:
+    """One micro-batch's forward: columns from `start` on (see engine.backends.torch.forward)."""
+
+    start: int
+    logp_BT: torch.Tensor  # (B, T') log pi of each target, with grad
+    mask_BT: torch.Tensor  # (B, T') trainable targets
+    ref_logp_BT: torch.Tensor | None  # (B, T') reference policy, no grad
+    entropy_BT: torch.Tensor | None  # (B, T')
 
 
 class TorchTrainer:
@@ -49,6 +63,38 @@ class TorchTrainer:
         disable = getattr(self.model, "disable_adapter", None)
         return disable() if disable is not None else nullcontext()
 
+    def extra_state(self) -> dict[str, Any]:
+        """Trainer state beyond weights and optimizer that a checkpoint must keep (JSON-serialisable)."""
+        return {}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        """Restore `extra_state()` from a checkpoint's state."""
+
+    def forward(self, c: Collated, *, need_ref: bool, entropy: bool = False) -> MicroForward:
+        """Per-token log-probs of a collated micro-batch's targets from its first trainable column on
+        (grad), its trainable mask there, and when asked reference log-probs and entropy."""
+        plan = plan_forward(c, share_prefix=self.cfg.training.share_prefix)
+        targets = c.target_ids_BT[:, plan.start :]
+        ref_logp = None
+        if need_ref:
+            with torch.no_grad(), self._reference():
+                ref_logits = target_logits(self.model, c, plan, self.cache_kwarg)
+                ref_logp = token_logprobs(ref_logits.float(), targets)
+        logits = target_logits(self.model, c, plan, self.cache_kwarg).float()
+        ent = None
+        if entropy and self.loss_cfg.entropy_coef > 0:
+            ent = entropy_from_logits(logits)
+        elif entropy:
+            with torch.no_grad():
+                ent = entropy_from_logits(logits.detach())
+        return MicroForward(plan.start, token_logprobs(logits, targets), c.mask_BT[:, plan.start :], ref_logp, ent)
+
+    def optimizer_step(self) -> float:
+        """Clip the accumulated gradient, step, and return its norm before clipping."""
+        gn = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.training.max_grad_norm)
+        self.optimizer.step()
+        return float(gn)
+
     def train_step(self, batch: list[EpisodeResult]) -> dict[str, float]:
         t0 = time.perf_counter()
         t = self.cfg.training
@@ -59,7 +105,7 @@ class TorchTrainer:
         samples = build_samples(batch, t.merge, adv_N)
         # Same prompt side by side, then similar lengths: a micro-batch is then mostly one group, whose
         # prompt the forward pass runs once (see forward.py), with little padding. Deterministic order.
-        samples.sort(key=_prompt_then_length)
+        samples.sort(key=prompt_then_length)
         totals: dict[str, float] = {}
         n_micro = 0
         grad_norms: list[float] = []
@@ -78,29 +124,16 @@ class TorchTrainer:
                 total = sum(dens)
                 for c, den in zip(micros, dens, strict=True):
                     n_tokens += c.n_tokens
-                    plan = plan_forward(c, share_prefix=t.share_prefix)
-                    targets = c.target_ids_BT[:, plan.start :]
-                    ref_logp = None
-                    if self.loss_cfg.kl_coef > 0:
-                        with torch.no_grad(), self._reference():
-                            ref_logits = target_logits(self.model, c, plan, self.cache_kwarg)
-                            ref_logp = token_logprobs(ref_logits.float(), targets)
-                    logits = target_logits(self.model, c, plan, self.cache_kwarg).float()
-                    logp = token_logprobs(logits, targets)
-                    if self.loss_cfg.entropy_coef > 0:
-                        entropy = entropy_from_logits(logits)
-                    else:
-                        with torch.no_grad():
-                            entropy = entropy_from_logits(logits.detach())
+                    fw = self.forward(c, need_ref=self.loss_cfg.kl_coef > 0, entropy=True)
                     loss, m = self.loss_fn(
-                        logp_BT=logp,
-                        old_logp_BT=c.old_logp_BT[:, plan.start :],
+                        logp_BT=fw.logp_BT,
+                        old_logp_BT=c.old_logp_BT[:, fw.start :],
                         advantages_B=c.advantages_B,
-                        mask_BT=c.mask_BT[:, plan.start :],
+                        mask_BT=fw.mask_BT,
                         weights_B=c.weights_B,
                         cfg=self.loss_cfg,
-                        ref_logp_BT=ref_logp,
-                        entropy_BT=entropy,
+                        ref_logp_BT=fw.ref_logp_BT,
+                        entropy_BT=fw.entropy_BT,
                     )
                     # Each micro-batch's loss is normalised by its own count; its share of the mini-batch's
                     # count makes the accumulated gradient the mini-batch's exactly.
@@ -108,12 +141,11 @@ class TorchTrainer:
                     for k, v in m.items():
                         totals[k] = totals.get(k, 0.0) + float(v)
                     n_micro += 1
-                gn = torch.nn.utils.clip_grad_norm_(self.params, t.max_grad_norm)
-                grad_norms.append(float(gn))
-                self.optimizer.step()
+                grad_norms.append(self.optimizer_step())
         self.optimizer.zero_grad(set_to_none=True)
         self.global_step += 1
         out = {k: v / max(1, n_micro) for k, v in totals.items()}
+        out.update(reward_by_client(batch))
         out.update(
             step=float(self.global_step),
             reward_mean=float(rewards_N.mean()),
@@ -126,10 +158,3 @@ class TorchTrainer:
             train_time_s=time.perf_counter() - t0,
         )
         return out
-
-
-def _prompt_then_length(sample: Sample) -> tuple[list[int], int]:
-    """Sort key: the tokens before the first trainable one, then the length."""
-    tl = sample.timeline
-    first = next((i for i, m in enumerate(tl.loss_mask) if m), tl.n_tokens)
-    return tl.token_ids[:first], tl.n_tokens

@@ -6,13 +6,10 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 
-import httpx
 import torch
-from tests_support import ADMIN_TOKEN, free_port
+from tests_support import ADMIN_TOKEN, free_port, serve_process
 
 from engine.client import SwarmClient
 from engine.config import SwarmConfig
@@ -21,21 +18,7 @@ from engine.training.checkpoint import latest_checkpoint
 PROMPT = [{"role": "user", "content": "Count to three."}]
 
 
-def _serve(run_dir, port, *extra):
-    env = {**os.environ, "SWARM_ADMIN_TOKEN": ADMIN_TOKEN}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "engine.cli", "serve", "--run-dir", str(run_dir), "--port", str(port), *extra],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            httpx.get(f"http://127.0.0.1:{port}/health", timeout=0.5)
-            return proc
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    proc.kill()
-    raise TimeoutError("server did not come up")
+_serve = serve_process
 
 
 def _play(c: SwarmClient, task: str, rewards: list[float]) -> list[str]:

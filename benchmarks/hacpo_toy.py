@@ -1,0 +1,278 @@
+"""HACPO toy reproduction on CPU (specs/hacpo.md, "Toy reproduction"): two heterogeneous agents with
+complementary skills, HACPO vs GSPO vs GSPOx2 vs naive sharing, paired seeds, held-out accuracy per agent.
+
+Agents: `smol` = SmolLM2-135M-Instruct (pretrained, SmolLM2 BPE tokenizer) and `bytes` = a small model
+trained from scratch with a byte-level tokenizer (`tiny-bytes` by default, or any HF dir via
+--second-model). Each is supervised first (the registry's `nll` loss) on one operation of the task
+`arithmetic_pm` (a + b or a - b, 1..50): smol on additions, bytes on subtractions, so each is weak where
+the other is strong and their capabilities differ. Then, per seed and method, a `swarm train` team job
+(one swarm server per agent) runs RL on the mixed task from the same SFT checkpoints and the same prompt
+order (the seed), and held-out greedy accuracy is measured before and after for each agent.
+
+Reported: accuracy per agent and method; paired bootstrap 95% intervals (over seeds) of HACPO - GSPOx2,
+GSPOx2 - naive and HACPO - GSPO; per-step diagnostics from the servers' metrics (cross-sample s
+mean/min/max, share below the lower clip, clip fractions per m, P_j, omega, zero-variance group share own
+vs joint, re-tokenisation length ratio and truncation) and each agent's accuracy on its own rollouts.
+
+    python benchmarks/hacpo_toy.py --seeds 0 1 2 --out docs/benchmarks/hacpo_toy       # the lead runs this
+    python benchmarks/hacpo_toy.py --smoke --out /tmp/hacpo_smoke                       # minutes, tiny models
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import random
+import shlex
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import torch  # noqa: E402
+
+from engine.backends.torch.trainer import TorchTrainer  # noqa: E402
+from engine.config import ModelConfig, SwarmConfig  # noqa: E402
+from engine.jobs import TrainJob, train  # noqa: E402
+from engine.models import load_model  # noqa: E402
+from engine.tasks import get_task  # noqa: E402
+from engine.tasks.arithmetic import Arithmetic  # noqa: E402
+from engine.tasks.base import HELD_OUT_SEED, split_items  # noqa: E402
+from engine.tracking.chat import render_prompt  # noqa: E402
+from engine.types import Author, Block, EpisodeResult, Timeline  # noqa: E402
+
+TASK = "arithmetic_pm"
+METHODS = ("hacpo", "gspo", "gspox2", "naive")
+COMPARISONS = (("hacpo", "gspox2"), ("gspox2", "naive"), ("hacpo", "gspo"))
+DIAGNOSTICS = (
+    "cross_s_mean", "cross_s_min", "cross_s_max", "cross_below_lo_frac", "cross_above_1_frac", "own_clip_frac",
+    "omega_mean", "zero_var_frac_own", "zero_var_frac_joint", "retok_len_ratio", "retok_truncated_frac",
+    "cross_dropped_empty",
+)
+
+
+# -- supervised warm-up ------------------------------------------------------------------------------
+def gold_episode(tokenizer, item, eot_ids) -> EpisodeResult:
+    """The prompt in the model's own chat template, then the gold answer and the end-of-turn token."""
+    rendered = render_prompt(tokenizer, [{"role": "user", "content": item.prompt}], end_of_turn_ids=eot_ids)
+    ids = tokenizer(str(item.answer), add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    reply = Block(Author.LLM, str(item.answer), ids, [0.0] * len(ids), True)
+    return EpisodeResult(f"sft-{item.id}", item.id, "sft", 0.0, [Timeline([*rendered.blocks, reply])])
+
+
+def supervise(model: str, ops: str, seed: int, lr: float, args, out: Path, held_out_ids: set[str]) -> dict:
+    """Teach `model` one operation with the registry's nll loss; saves a plain HF dir at `out`."""
+    if (out / "config.json").exists():
+        return json.loads((out / "sft.json").read_text())
+    t0 = time.time()
+    torch.manual_seed(seed)
+    loaded = load_model(ModelConfig(name=model, seed=seed))
+    cfg = SwarmConfig(
+        model={"name": model, "seed": seed},
+        algorithm={"policy_loss": "nll"},
+        training={"lr": lr, "mini_batch_size": args.sft_batch, "micro_batch_size": min(8, args.sft_batch)},
+    )
+    trainer = TorchTrainer(loaded.model, loaded.tokenizer.pad_token_id, cfg)
+    stream = [it for it in Arithmetic(ops=ops).dataset(4 * args.sft_steps * args.sft_batch, 5_000 + seed) if it.id not in held_out_ids]
+    losses = []
+    for step in range(args.sft_steps):
+        batch = stream[(step * args.sft_batch) % len(stream) :][: args.sft_batch]
+        m = trainer.train_step([gold_episode(loaded.tokenizer, it, loaded.end_of_turn_ids) for it in batch])
+        losses.append(m["pg_loss"])
+    out.mkdir(parents=True, exist_ok=True)
+    loaded.model.save_pretrained(out, safe_serialization=True)
+    loaded.tokenizer.save_pretrained(out)
+    info = {"model": model, "ops": ops, "steps": args.sft_steps, "nll_first": losses[0], "nll_last": losses[-1], "wall_s": time.time() - t0}
+    (out / "sft.json").write_text(json.dumps(info))
+    return info
+
+
+# -- one RL run -------------------------------------------------------------------------------------
+def job_for(seed: int, method: str, agents: dict, args) -> TrainJob:
+    return TrainJob(
+        task=TASK,
+        seed=seed,
+        eval_size=args.eval_size,
+        temperature=1.0,  # the spec's sampling temperature
+        max_tokens=args.max_tokens,
+        concurrency=args.batch * args.group,
+        keep_final_checkpoint=False,
+        swarm={
+            "pool": {"batch_size": args.batch, "group_size": args.group},
+            "training": {"max_steps": args.steps, "mini_batch_size": args.mini_batch, "micro_batch_size": min(8, args.mini_batch), "checkpoint_every": 0},
+        },
+        team={
+            "method": method,
+            "agents": agents,
+            "hacpo": {"eps_low": args.eps_low, "eps_high": args.eps_high},
+        },
+    )
+
+
+def read_run(run_dir: Path, summary: dict) -> dict:
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    steps: dict[str, list[dict]] = {}
+    for r in lines:
+        if "agent" in r:
+            keep = {k: v for k, v in r.items() if k in DIAGNOSTICS or k.startswith(("P/", "acc/", "own_clip_frac/m", "cross_below_lo_frac/m", "reward/")) or k == "step"}
+            steps.setdefault(r["agent"], []).append(keep)
+    return {"before": summary.get("accuracy_before", {}), "after": summary.get("accuracy_after", {}), "steps": steps}
+
+
+# -- statistics -------------------------------------------------------------------------------------
+def paired_bootstrap(diffs: list[float], n: int = 10_000, seed: int = 0) -> tuple[float, float, float]:
+    """Mean of paired differences and its percentile 95% interval, resampling the pairs (seeds)."""
+    rng = random.Random(seed)
+    means = sorted(statistics.fmean(rng.choices(diffs, k=len(diffs))) for _ in range(n))
+    return statistics.fmean(diffs), means[int(0.025 * n)], means[int(0.975 * n) - 1]
+
+
+def compare(runs: dict, agents: list[str], seeds: list[int], methods: list[str]) -> dict:
+    out: dict = {}
+    for a, b in COMPARISONS:
+        if a not in methods or b not in methods:
+            continue
+        for agent in agents:
+            diffs = [runs[(s, a)]["after"][agent] - runs[(s, b)]["after"][agent] for s in seeds]
+            mean, lo, hi = paired_bootstrap(diffs)
+            out[f"{a}-{b}/{agent}"] = {"mean": mean, "ci95": [lo, hi], "diffs": diffs}
+    return out
+
+
+def ordering(score: dict[str, float]) -> str:
+    """Methods from best to worst mean accuracy; equal scores are written as ties (=), not as an order."""
+    ranked = sorted(score, key=score.get, reverse=True)
+    out = f"{ranked[0]} ({score[ranked[0]]:.3f})"
+    for prev, m in zip(ranked, ranked[1:], strict=False):
+        out += (" = " if abs(score[prev] - score[m]) < 1e-9 else " > ") + f"{m} ({score[m]:.3f})"
+    return out
+
+
+# -- report -----------------------------------------------------------------------------------------
+def plot(runs: dict, agents: list[str], seeds: list[int], methods: list[str], out: Path) -> None:
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    width = 0.8 / len(agents)
+    for i, agent in enumerate(agents):
+        means = [statistics.fmean(runs[(s, m)]["after"][agent] for s in seeds) for m in methods]
+        before = statistics.fmean(runs[(s, methods[0])]["before"][agent] for s in seeds)
+        xs = [k + i * width for k in range(len(methods))]
+        axes[0].bar(xs, means, width, label=f"{agent} after")
+        axes[0].hlines(before, xs[0] - width / 2, xs[-1] + width / 2, linestyles="dashed", colors=f"C{i}", label=f"{agent} before")
+        for s in seeds:
+            axes[0].scatter(xs, [runs[(s, m)]["after"][agent] for m in methods], color="k", s=8, zorder=3)
+    axes[0].set_xticks([k + width * (len(agents) - 1) / 2 for k in range(len(methods))], methods)
+    axes[0].set(ylabel="held-out greedy accuracy", title="after RL (dots: seeds)")
+    axes[0].legend(fontsize=7)
+    for s in seeds:
+        if (s, "hacpo") not in runs:
+            continue
+        for i, agent in enumerate(agents):
+            st = runs[(s, "hacpo")]["steps"].get(agent, [])
+            axes[1].plot([r["step"] for r in st], [r.get("cross_s_mean", float("nan")) for r in st], color=f"C{i}", alpha=0.7, marker="o")
+            axes[2].plot([r["step"] for r in st], [r.get(f"P/{agent}", float("nan")) for r in st], color=f"C{i}", alpha=0.7, marker="o")
+    axes[1].set(xlabel="step", ylabel="mean s of cross samples", title="HACPO: importance ratio s (log)", yscale="log")
+    axes[2].set(xlabel="step", ylabel="P_j (own capability)", title="HACPO: capability P_j per agent")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out.with_suffix(".png"), dpi=110)
+
+
+def markdown(report: dict, agents: list[str], methods: list[str], seeds: list[int], runs: dict) -> str:
+    cmd = report["command"]
+    lines = [
+        "# HACPO toy reproduction (CPU)", "",
+        f"Command: `{cmd}`", f"Machine: {report['machine']}; wall time {report['wall_s'] / 60:.1f} min.", "",
+        "Held-out greedy accuracy after RL, mean over seeds (before RL: "
+        + ", ".join(f"{a} {report['before'][a]:.3f}" for a in agents) + ").", "",
+        "| method | " + " | ".join(agents) + " |", "|---|" + "---|" * len(agents),
+    ]
+    for m in methods:
+        lines.append(f"| {m} | " + " | ".join(f"{statistics.fmean(runs[(s, m)]['after'][a] for s in seeds):.3f}" for a in agents) + " |")
+    lines += ["", "Paired differences over seeds (bootstrap 95% interval):", "", "| comparison | mean | 95% CI |", "|---|---|---|"]
+    for k, v in report["comparisons"].items():
+        lines.append(f"| {k} | {v['mean']:+.3f} | [{v['ci95'][0]:+.3f}, {v['ci95'][1]:+.3f}] |")
+    lines += ["", f"Measured ordering (mean over agents): {report['ordering']}", "", "![results](" + Path(report["out"]).name + ".png)", ""]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    ap.add_argument("--first-model", default="smollm2-135m")
+    ap.add_argument("--second-model", default="tiny-bytes", help="a model with another tokenizer (HF dir or built-in)")
+    ap.add_argument("--sft-steps", type=int, default=150)
+    ap.add_argument("--sft-batch", type=int, default=16)
+    ap.add_argument("--sft-lr", type=float, default=None, help="one SFT lr for both (default 2e-5 smol, 1e-3 from-scratch)")
+    ap.add_argument("--steps", type=int, default=12, help="RL steps per run")
+    ap.add_argument("--batch", type=int, default=8, help="prompts per step (B)")
+    ap.add_argument("--group", type=int, default=4, help="responses per prompt and agent (G)")
+    ap.add_argument("--mini-batch", type=int, default=16)
+    ap.add_argument("--lr-first", type=float, default=1e-5)
+    ap.add_argument("--lr-second", type=float, default=3e-4)
+    ap.add_argument("--eps-low", type=float, default=3e-3, help="own-sample GSPO clip, re-tuned for toy scale")
+    ap.add_argument("--eps-high", type=float, default=4e-3)
+    ap.add_argument("--max-tokens", type=int, default=8)
+    ap.add_argument("--eval-size", type=int, default=100)
+    ap.add_argument("--out", default="docs/benchmarks/hacpo_toy")
+    ap.add_argument("--runs", default="runs/hacpo_toy")
+    ap.add_argument("--smoke", action="store_true", help="tiny models and sizes: checks the pipeline in minutes")
+    args = ap.parse_args()
+    if args.smoke:
+        args.first_model, args.second_model = "tiny", "tiny-bytes"
+        args.sft_steps, args.sft_batch, args.steps, args.batch, args.group = 2, 4, 1, 2, 2
+        args.mini_batch, args.eval_size, args.seeds = 4, 2, args.seeds[:1]
+    t0 = time.time()
+    runs_root, out = Path(args.runs), Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    held_out_ids = {it.id for it in split_items(get_task(TASK), 0, args.eval_size, 0, HELD_OUT_SEED)[1]}
+
+    sft_info, runs = {}, {}
+    for seed in args.seeds:
+        dirs = {"smol": runs_root / f"sft/smol-seed{seed}", "bytes": runs_root / f"sft/bytes-seed{seed}"}
+        sft_info[seed] = {
+            "smol": supervise(args.first_model, "+", seed, args.sft_lr or 2e-5, args, dirs["smol"], held_out_ids),
+            "bytes": supervise(args.second_model, "-", seed, args.sft_lr or 1e-3, args, dirs["bytes"], held_out_ids),
+        }
+        agents = {
+            "smol": {"model": {"name": str(dirs["smol"].resolve())}, "lr": args.lr_first},
+            "bytes": {"model": {"name": str(dirs["bytes"].resolve())}, "lr": args.lr_second},
+        }
+        for method in args.methods:
+            run_dir = runs_root / f"seed{seed}-{method}"
+            shutil.rmtree(run_dir, ignore_errors=True)  # a rerun measures afresh, never resumes a finished run
+            summary = train(job_for(seed, method, agents, args), run_dir)
+            runs[(seed, method)] = read_run(run_dir, summary)
+            print(f"seed {seed} {method}: before {summary.get('accuracy_before')} after {summary.get('accuracy_after')}", flush=True)
+
+    names = ["smol", "bytes"]
+    comparisons = compare(runs, names, args.seeds, args.methods)
+    score = {m: statistics.fmean(runs[(s, m)]["after"][a] for s in args.seeds for a in names) for m in args.methods}
+    report = {
+        "command": shlex.join(["python", "benchmarks/hacpo_toy.py", *sys.argv[1:]]),
+        "machine": f"{platform.machine()} {platform.processor() or ''} {torch.get_num_threads()} threads, torch {torch.__version__}".strip(),
+        "wall_s": time.time() - t0,
+        "out": str(out),
+        "config": {k: v for k, v in vars(args).items()},
+        "sft": sft_info,
+        "before": {a: statistics.fmean(runs[(s, args.methods[0])]["before"][a] for s in args.seeds) for a in names},
+        "after": {f"{s}/{m}": runs[(s, m)]["after"] for s, m in runs},
+        "comparisons": comparisons,
+        "ordering": ordering(score),
+        "runs": {f"seed{s}-{m}": r for (s, m), r in runs.items()},
+    }
+    out.with_suffix(".json").write_text(json.dumps(report, indent=2, default=str))
+    plot(runs, names, args.seeds, args.methods, out)
+    out.with_suffix(".md").write_text(markdown(report, names, args.methods, args.seeds, runs))
+    print(json.dumps({k: report[k] for k in ("before", "comparisons", "ordering", "wall_s")}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,114 @@
+"""The HACPO training step of one learner in a collaboration group (specs/hacpo.md steps 8-10).
+
+The batch is this learner's own episodes plus its peers' cross episodes (imported, re-tokenised). The
+step builds the learner's view (engine.training.hacpo_batch: capability, advantages, omega, lp_src, own
+first), cuts it in order into mini-batches of `training.mini_batch_size` (own and cross never mixed),
+and takes one optimizer step per mini-batch with `hacpo_loss`, m counting those steps from 0 over every
+epoch. The same code path runs the baselines: GSPO / GSPOx2 batches hold own samples only (the client
+samples G or 2G per prompt and exchanges nothing), naive sharing sets HacpoConfig.naive_sharing.
+
+Micro-batches accumulate exactly: `hacpo_loss` is a weighted mean over sequences with a trainable token,
+so each micro-batch's loss is weighted by its share of the mini-batch's weight.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from engine.algorithms import CapabilityTracker, hacpo_loss
+from engine.config import SwarmConfig
+from engine.training.batch import chunks, collate
+from engine.training.hacpo_batch import learner_view
+from engine.training.metrics import reward_by_client
+from engine.types import EpisodeResult
+
+from .trainer import TorchTrainer
+
+
+class HacpoTrainer(TorchTrainer):
+    def __init__(self, model: torch.nn.Module, pad_id: int, cfg: SwarmConfig) -> None:
+        super().__init__(model, pad_id, cfg)
+        if cfg.collaboration is None:
+            raise ValueError("HacpoTrainer needs cfg.collaboration (this server's agent and method)")
+        self.collab = cfg.collaboration
+        self.hacpo_cfg = cfg.collaboration.hacpo
+        self.tracker = CapabilityTracker.from_config(self.hacpo_cfg)
+
+    def extra_state(self) -> dict[str, Any]:
+        return {"capability": self.tracker.state_dict()}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        if "capability" in state:
+            self.tracker = CapabilityTracker.from_state_dict(state["capability"])
+
+    def train_step(self, batch: list[EpisodeResult]) -> dict[str, float]:
+        t0 = time.perf_counter()
+        t = self.cfg.training
+        view = learner_view(batch, self.collab.agent, self.tracker, self.hacpo_cfg, t.merge)
+        n = len(view.samples)
+        lp_src = torch.tensor(view.lp_src, dtype=torch.float32)
+        omega = torch.tensor(view.omega, dtype=torch.float32)
+        cross = torch.tensor(view.cross, dtype=torch.bool)
+        # own first, then cross; each part cut in order so a mini-batch is pure own or pure cross
+        minis = chunks(view.n_own, t.mini_batch_size) + [
+            slice(s.start + view.n_own, s.stop + view.n_own) for s in chunks(n - view.n_own, t.mini_batch_size)
+        ]
+        per_m: dict[str, list[float]] = {}
+        grad_norms: list[float] = []
+        n_tokens = 0
+        m = 0
+        for _ in range(t.ppo_epochs):
+            for mini in minis:
+                self.optimizer.zero_grad(set_to_none=True)
+                idx = list(range(n))[mini]
+                micros = [idx[k] for k in chunks(len(idx), t.micro_batch_size)]
+                total = sum(view.samples[i].weight for i in idx)
+                for rows in micros:
+                    c = collate([view.samples[i] for i in rows], self.pad_id)
+                    n_tokens += c.n_tokens
+                    fw = self.forward(c, need_ref=self.hacpo_cfg.kl_coef > 0)
+                    loss, metrics = hacpo_loss(
+                        logp_BT=fw.logp_BT,
+                        mask_BT=fw.mask_BT,
+                        lp_src_B=lp_src[rows],
+                        advantages_B=c.advantages_B,
+                        omega_B=omega[rows],
+                        cross_B=cross[rows],
+                        weights_B=c.weights_B,
+                        m=m,
+                        cfg=self.hacpo_cfg,
+                        ref_logp_BT=fw.ref_logp_BT,
+                    )
+                    share = float(c.weights_B.sum()) / total if total else 0.0
+                    (loss * share).backward()
+                    for k, v in metrics.items():
+                        per_m.setdefault(k, []).append(float(v))
+                    if metrics.get("own_clip_frac") is not None:
+                        per_m.setdefault(f"own_clip_frac/m{m}", []).append(metrics["own_clip_frac"])
+                    if metrics.get("cross_below_lo_frac") is not None:
+                        per_m.setdefault(f"cross_below_lo_frac/m{m}", []).append(metrics["cross_below_lo_frac"])
+                grad_norms.append(self.optimizer_step())
+                per_m.setdefault(f"grad_norm/m{m}", []).append(grad_norms[-1])
+                m += 1
+        self.optimizer.zero_grad(set_to_none=True)
+        self.global_step += 1
+        rewards = [e.reward for e in batch]
+        out = {k: sum(v) / len(v) for k, v in per_m.items()}
+        if "cross_s_min" in per_m:  # extremes over the step, not means of per-micro extremes
+            out["cross_s_min"], out["cross_s_max"] = min(per_m["cross_s_min"]), max(per_m["cross_s_max"])
+        out.update(view.metrics)
+        out.update(reward_by_client(batch))
+        out.update(
+            step=float(self.global_step),
+            reward_mean=sum(rewards) / len(rewards),
+            episodes=float(len(batch)),
+            samples=float(n),
+            tokens=float(n_tokens),
+            grad_norm=sum(grad_norms) / max(1, len(grad_norms)),
+            optimizer_steps=float(len(grad_norms)),
+            train_time_s=time.perf_counter() - t0,
+        )
+        return out
