@@ -1,12 +1,9 @@
 """The LLM policy: any OpenAI-compatible chat endpoint (openai SDK) with schema-validated JSON answers.
 
-Every request asks for one JSON object (`response_format={"type": "json_object"}`), parsed into a
-pydantic schema and then checked against the project's rules (known variables, valid values, the run
-budget). A malformed or invalid answer is sent back with the validation error, up to `max_attempts`
-times. An endpoint that rejects `response_format` (HTTP 400, while the same request without it is
-answered) is reported once through `echo` and asked for JSON in the prompt only from then on; its answers
-are validated the same way. If the endpoint still gives nothing usable (or fails), the offline policy
-answers instead, `echo` says so, and the decision or design records it (`author="offline (LLM fallback:
+Requests go through `a3r.leader.endpoint.JsonChat`: one JSON object per answer, parsed into a pydantic
+schema, then checked against the project's rules (known variables, valid values, the run budget);
+invalid answers are fed back, up to `max_attempts` times. If the endpoint still gives nothing usable (or
+fails), the offline policy answers instead, `echo` says so, and the decision or design records it (`author="offline (LLM fallback:
 ...)"`), so a long campaign never dies of a bad reply.
 
 With a failed run (`revise_failed`), the LLM sees the classified failure and the log tail and may change
@@ -20,16 +17,16 @@ here, stage designs are rebuilt from validated arm values, and the report prints
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import openai
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from a3r.analysis import Evidence, fmt
 from a3r.leader.design import Arm, ResearchBudget, StageDesign, arm_label, grid
+from a3r.leader.endpoint import Endpoint, JsonChat, LLMOutputError
 from a3r.leader.goals import Criterion, Factor, Goal, GoalParseError
 from a3r.leader.knobs import KNOBS, get_dotted, get_knob
 from a3r.leader.policy import Decision, OfflinePolicy
@@ -39,11 +36,6 @@ __all__ = ["LLMOutputError", "LLMPolicy", "load_skills"]
 
 T = TypeVar("T")
 SKILLS_DIR = Path(__file__).resolve().parents[2] / "skills"
-JSON_MODE = {"type": "json_object"}
-
-
-class LLMOutputError(ValueError):
-    """The endpoint gave no valid answer in `max_attempts` tries; the message has the last error."""
 
 
 # -- answer schemas -------------------------------------------------------------------------------------
@@ -114,26 +106,8 @@ def _catalogue() -> str:
     return "\n".join(lines)
 
 
-def _json_text(text: str) -> str:
-    """The JSON object in a reply, tolerating ```json fences and chatter around it."""
-    m = re.search(r"\{.*\}", text, flags=re.S)
-    if m is None:
-        raise ValueError("no JSON object found in the reply")
-    return m.group(0)
-
-
 def _say(msg: str) -> None:
     print(f"[a3r] {msg}", flush=True)
-
-
-def _why(e: Exception) -> str:
-    if isinstance(e, KeyError):
-        return str(e.args[0])
-    if isinstance(e, ValidationError):
-        return "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '(root)'}: {err['msg']}" for err in e.errors()
-        )
-    return str(e)
 
 
 class LLMPolicy:
@@ -155,69 +129,21 @@ class LLMPolicy:
         self.model = model
         self.name = f"llm:{model}"
         self.base_url = base_url
-        self.max_attempts = max_attempts
         self.echo = echo
-        self.json_mode = True  # until the endpoint rejects response_format
-        self.client = openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=2)
         self.offline = OfflinePolicy()
-        self.system = (
+        system = (
             "You are the leader of A3R, an autonomous research system that plans RL-training experiments on the "
             "swarm engine. Reply with exactly one JSON object and nothing else. Numbers you write are never "
             "reported as results: results come only from the run store.\n\nVariables (TrainJob keys):\n"
             f"{_catalogue()}\n\nProject skills:\n{load_skills() if skills is None else skills}"
         )
+        self.chat = JsonChat(
+            Endpoint(base_url, api_key, model), system, echo=echo, max_attempts=max_attempts, timeout_s=timeout_s
+        )
 
-    # -- the request/validate/retry loop ------------------------------------------------------------------
     def ask(self, prompt: str, schema: type[BaseModel], check: Callable[[Any], T]) -> T:
         """Ask until the reply parses as `schema` and passes `check`; the errors are fed back."""
-        messages: list[dict[str, str]] = [
-            {"role": "system", "content": self.system},
-            {"role": "user", "content": prompt},
-        ]
-        last = "no reply"
-        for _ in range(self.max_attempts):
-            text = self._complete(messages)
-            try:
-                return check(schema.model_validate_json(_json_text(text)))
-            except (ValidationError, ValueError, KeyError) as e:  # KeyError: an unknown variable name
-                last = _why(e)
-            messages += [
-                {"role": "assistant", "content": text},
-                {
-                    "role": "user",
-                    "content": f"That answer is invalid: {last}. Reply with the corrected JSON object only.",
-                },
-            ]
-        raise LLMOutputError(
-            f"{self.name} gave no valid answer in {self.max_attempts} attempts; last error: {last}"
-        )
-
-    def _complete(self, messages: list[dict[str, str]]) -> str:
-        """One reply, in JSON mode while the endpoint accepts it.
-
-        A 400 in JSON mode is asked again without `response_format`: if that is answered, the endpoint
-        rejects JSON mode (reported once, never asked for again); if not, the request itself is at fault
-        and its error propagates.
-        """
-        if not self.json_mode:
-            return self._create(messages)
-        try:
-            return self._create(messages, response_format=JSON_MODE)
-        except openai.BadRequestError as rejected:
-            text = self._create(messages)
-            self.json_mode = False
-            self.echo(
-                f"{self.name}: the endpoint {self.base_url} rejected response_format={json.dumps(JSON_MODE)} "
-                f"(HTTP {rejected.status_code}: {rejected.message}); asking for JSON in the prompt only from now "
-                "on (answers are validated as before)"
-            )
-            return text
-
-    def _create(self, messages: list[dict[str, str]], **extra: Any) -> str:
-        resp = self.client.chat.completions.create(
-            model=self.model, messages=messages, temperature=0, **extra
-        )
-        return resp.choices[0].message.content or ""
+        return self.chat.ask(prompt, schema, check)
 
     def _fallback(self, what: str, e: Exception) -> str:
         """Report that the offline policy answers `what` instead; returns the short cause for records."""

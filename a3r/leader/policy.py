@@ -10,7 +10,6 @@ the report prints only those numbers: a policy chooses what to run and writes pr
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -120,16 +119,13 @@ def make_policy(
 ) -> Policy:
     """The LLM policy when an endpoint is configured (arguments, else A3R_LLM_BASE_URL / A3R_LLM_API_KEY /
     A3R_LLM_MODEL), otherwise the offline policy. `offline=True` forces the offline one."""
-    base_url = base_url or os.environ.get("A3R_LLM_BASE_URL")
-    model = model or os.environ.get("A3R_LLM_MODEL")
-    if offline or not base_url:
+    if offline:
         return OfflinePolicy()
-    if not model:
-        raise ValueError(
-            "an LLM endpoint is configured (A3R_LLM_BASE_URL) but no model: set A3R_LLM_MODEL or --llm-model"
-        )
+    from a3r.leader.endpoint import endpoint_from_env
+
+    endpoint = endpoint_from_env(base_url, model, api_key)
+    if endpoint is None:
+        return OfflinePolicy()
     from a3r.leader.llm import LLMPolicy
 
-    return LLMPolicy(
-        base_url=base_url, api_key=api_key or os.environ.get("A3R_LLM_API_KEY") or "none", model=model
-    )
+    return LLMPolicy(base_url=endpoint.base_url, api_key=endpoint.api_key, model=endpoint.model)

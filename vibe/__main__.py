@@ -1,0 +1,5 @@
+import sys
+
+from vibe.cli import main
+
+sys.exit(main())

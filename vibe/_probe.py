@@ -1,0 +1,46 @@
+"""Sandboxed child of `vibe check`: import the client's modules, check the contract's functions, and run
+the reward probes. Writes {"flags": [...], "stats": {...}} to --result. Run by vibe.sandbox only."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import traceback
+from pathlib import Path
+
+from vibe.config import VibeJob
+from vibe.dataset import read_jsonl
+from vibe.flags import Report, Severity, Stage
+from vibe.layout import CONFIG_FILE, REQUIRED_FUNCTIONS, REWARD_FILE, TRAIN_FILE
+from vibe.loader import contract_function, load_module
+from vibe.probes import probe_rewards
+
+PROBE_TASKS = 8
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("root")
+    p.add_argument("--result", required=True)
+    args = p.parse_args()
+    root = Path(args.root)
+    report = Report(client=str(root))
+    fns = {}
+    for filename in REQUIRED_FUNCTIONS:
+        try:
+            fns[filename] = contract_function(load_module(root, filename), filename)
+        except Exception as e:  # noqa: BLE001 - any import-time failure of client code is the finding
+            tb = "".join(traceback.format_exception(type(e), e, e.__traceback__)[-6:])
+            report.add(Stage.STATIC, "import_failed", Severity.ERROR,
+                       f"{filename} does not import or lacks its contract function: {type(e).__name__}: {e}",
+                       file=filename, traceback=tb)
+    if REWARD_FILE in fns:
+        job = VibeJob.load(root / CONFIG_FILE)
+        tasks, _ = read_jsonl(root / TRAIN_FILE)
+        probe_rewards(fns[REWARD_FILE], [t for t in tasks if isinstance(t, dict)][:PROBE_TASKS], job, report)
+    Path(args.result).write_text(json.dumps({"flags": [f.model_dump(mode="json") for f in report.flags],
+                                             "stats": report.stats}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+"""`vibe check DIR`: the validation report of a client folder.
+
+Stages run in order and stop at the first that finds an error, since later ones need earlier ones to
+hold (no dry run of a client that does not import): layout, dataset, static (imports and the contract's
+functions, in a sandboxed subprocess) with the reward probes, the dry run, and one training step. The
+report goes to DIR/.vibe/check.json (and check.txt), tagged with a hash of the sources so `vibe train`
+knows whether it still describes the folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from vibe.config import VibeJob
+from vibe.dataset import check_tasks, read_jsonl
+from vibe.exceptions import LayoutError
+from vibe.flags import Flag, Report, Severity, Stage
+from vibe.layout import CONFIG_FILE, DATA_FILES, ClientDir
+from vibe.sandbox import run_sandboxed
+
+__all__ = ["REPORT_FILE", "check", "load_report", "source_hash"]
+
+REPORT_FILE = "check.json"
+
+
+def source_hash(cd: ClientDir) -> str:
+    h = hashlib.sha256()
+    for rel, text in cd.source_files().items():
+        h.update(rel.encode() + b"\0" + text.encode() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def load_report(cd: ClientDir) -> Report | None:
+    path = cd.state_dir / REPORT_FILE
+    return Report.read(path) if path.is_file() else None
+
+
+def check(path: str | Path, *, dry_run: bool = True) -> Report:
+    """Validate the client folder at `path` and write the report into it; never raises for client faults."""
+    cd = ClientDir.open(path)
+    report = Report(client=str(cd.root), source_hash=source_hash(cd))
+    try:
+        _run(cd, report, dry_run)
+    finally:
+        report.write(cd.state_dir)
+    return report
+
+
+def _run(cd: ClientDir, report: Report, dry_run: bool) -> None:
+    report.stages_run.append(Stage.LAYOUT)
+    missing = cd.missing()
+    if missing:
+        report.add(Stage.LAYOUT, "missing_files", Severity.ERROR,
+                   f"missing {', '.join(missing)}; a client folder needs the files listed in vibe.layout")
+        return
+    try:
+        job = VibeJob.load(cd.path(CONFIG_FILE))
+    except LayoutError as e:
+        report.add(Stage.LAYOUT, "bad_config", Severity.ERROR, str(e))
+        return
+
+    report.stages_run.append(Stage.DATASET)
+    (train, p1), (test, p2) = (read_jsonl(cd.path(f)) for f in DATA_FILES)
+    for problem in p1 + p2:
+        report.add(Stage.DATASET, "bad_jsonl", Severity.ERROR, problem)
+    check_tasks(train, test, max(job.swarm.pool.batch_size, job.check.tasks), job.swarm.pool.group_size, report)
+    if report.errors:
+        return
+
+    report.stages_run += [Stage.STATIC, Stage.PROBES]
+    res = run_sandboxed("vibe._probe", [str(cd.root)], cwd=cd.root, result_file=cd.state_dir / "probe.json",
+                        timeout_s=job.check.timeout_s, memory_mb=job.check.memory_mb)
+    if res.result is None:
+        why = f"timed out after {job.check.timeout_s}s" if res.timed_out else f"exited with code {res.returncode}"
+        report.add(Stage.STATIC, "sandbox_failed", Severity.ERROR,
+                   f"importing and probing the client {why} (limits: check.timeout_s, check.memory_mb); log tail:\n{res.log_tail}")
+        return
+    report.flags += [Flag.model_validate(f) for f in res.result["flags"]]
+    report.stats |= res.result["stats"]
+    if report.errors or not dry_run:
+        return
+
+    from vibe.dryrun import dry_run as run_dry
+
+    report.stages_run.append(Stage.DRY_RUN)
+    run_dry(cd, job, report)

@@ -1,0 +1,44 @@
+"""Import a client folder's modules by file path (used inside sandboxed subprocesses only)."""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+
+from vibe.layout import REQUIRED_FUNCTIONS
+
+__all__ = ["contract_function", "load_module"]
+
+
+def load_module(root: Path, filename: str) -> ModuleType:
+    """Import `root/filename` as a module named after the file; the folder goes on sys.path so a
+    client's own helper modules import as they would when run from the folder."""
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    name = "vibe_client_" + Path(filename).stem
+    spec = importlib.util.spec_from_file_location(name, root / filename)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {filename}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def contract_function(module: ModuleType, filename: str) -> Callable:
+    """The function the layout contract requires of `filename`, checked to take its parameters."""
+    fname, params = REQUIRED_FUNCTIONS[filename]
+    fn = getattr(module, fname, None)
+    if not callable(fn):
+        raise TypeError(f"{filename} must define {fname}({', '.join(params)})")
+    try:
+        inspect.signature(fn).bind(*params)
+    except TypeError as e:
+        raise TypeError(f"{filename}: {fname} must accept ({', '.join(params)}) positionally: {e}") from e
+    except ValueError:
+        pass  # builtins without a signature: calling it will tell
+    return fn

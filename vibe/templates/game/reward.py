@@ -1,0 +1,22 @@
+"""Rule reward of one description: the share of the word's hint features it mentions (capped at 1 for
+two hints), 0 if it says the secret word itself (the prompt contains it, so echoing the prompt scores
+0), and 0 if it copies another player's description (a decoy) instead of describing.
+"""
+
+import re
+
+
+def _words(text):
+    return set(re.findall(r"[a-z]+", text.lower()))
+
+
+def score(task, response):
+    words = _words(response)
+    if not words or task["word"].lower() in words:
+        return {"description": 0.0}
+    for other in task.get("decoys", []):
+        theirs = _words(other)
+        if theirs and len(words & theirs) / len(theirs) >= 0.6:
+            return {"description": 0.0}
+    hits = sum(1 for h in task["hints"] if h in words)
+    return {"description": min(1.0, hits / 2)}
