@@ -32,7 +32,7 @@ def _prompt(args: argparse.Namespace) -> str:
 
 
 def _cmd_new(args: argparse.Namespace) -> int:
-    from a3r.leader.llm import endpoint_from_env
+    from a3r.leader.endpoint import endpoint_from_env
     from vibe.new import default_out, new_from_template
     from vibe.templates import Family
 

@@ -25,7 +25,8 @@ def generate(seed):
                 "id": f"{word}-{spy_word}-{players}p",
                 "prompt": f"Your secret word is '{word}'. Describe it in one short sentence without saying it.",
                 "gold": gold,
-                "decoys": [f"It is something {hints[0]} and {hints[1]} indeed."],
+                # another player's words: a description of the same word that a copycat would repeat
+                "decoys": [f"Mostly {hints[2]}, sometimes {hints[-1]}."],
                 "word": word, "hints": hints, "spy_word": spy_word, "spy_hints": spy_hints, "players": players,
             })
     test_pairs = {"snow", "bread", "chess"}

@@ -5,9 +5,13 @@ two hints), 0 if it says the secret word itself (the prompt contains it, so echo
 
 import re
 
+# words every description shares; copying is judged on the rest
+STOP = {"it", "is", "a", "an", "the", "and", "or", "of", "on", "in", "with", "this", "that", "very", "something",
+        "thing", "you", "can", "my", "its", "to", "be", "are"}
+
 
 def _words(text):
-    return set(re.findall(r"[a-z]+", text.lower()))
+    return set(re.findall(r"[a-z]+", text.lower())) - STOP
 
 
 def score(task, response):

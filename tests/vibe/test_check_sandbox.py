@@ -1,0 +1,87 @@
+"""`vibe check` on real client folders: sandboxed imports (crash, timeout, memory), dry runs against a real
+debug server on the tiny model, and the offline `vibe new` path end to end."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from vibe.check import check
+from vibe.cli import main
+from vibe.flags import Severity
+
+
+def set_limits(root, **check_fields):
+    text = (root / "vibe.yaml").read_text()
+    (root / "vibe.yaml").write_text(text + "check: " + json.dumps(check_fields) + "\n")
+
+
+def test_missing_files_and_a_client_that_fails_to_import(qa_client):
+    (qa_client / "README.md").unlink()
+    r = check(qa_client)
+    assert r.codes(Severity.ERROR) == {"missing_files"} and "README.md" in r.errors[0].message
+    (qa_client / "README.md").write_text("x")
+    (qa_client / "client.py").write_text("import no_such_module_xyz\n")
+    r = check(qa_client, dry_run=False)
+    assert r.codes(Severity.ERROR) == {"import_failed"}
+    assert "no_such_module_xyz" in r.errors[0].message and r.errors[0].detail["file"] == "client.py"
+    assert json.loads((qa_client / ".vibe" / "check.json").read_text())["flags"][0]["code"] == "import_failed"
+
+
+def test_a_contract_function_with_the_wrong_signature_is_named(qa_client):
+    (qa_client / "reward.py").write_text("def score(response):\n    return {'c': 1.0}\n")
+    r = check(qa_client, dry_run=False)
+    assert r.codes(Severity.ERROR) == {"import_failed"} and "score must accept (task, response)" in r.errors[0].message
+
+
+def test_an_import_that_hangs_is_killed_at_the_timeout(qa_client):
+    set_limits(qa_client, timeout_s=3)
+    (qa_client / "client.py").write_text("while True:\n    pass\n")
+    r = check(qa_client, dry_run=False)
+    assert r.codes(Severity.ERROR) == {"sandbox_failed"} and "timed out after 3.0s" in r.errors[0].message
+
+
+def test_an_import_that_allocates_without_bound_hits_the_memory_limit(qa_client):
+    set_limits(qa_client, memory_mb=1024)
+    (qa_client / "client.py").write_text("blob = bytearray(4 * 1024 ** 3)\n")
+    r = check(qa_client, dry_run=False)
+    assert r.codes(Severity.ERROR) == {"import_failed"} and "MemoryError" in r.errors[0].message
+
+
+@pytest.mark.slow
+def test_a_client_that_raises_in_its_episodes_fails_the_dry_run(qa_client):
+    (qa_client / "client.py").write_text(
+        "def run(llm, model, task, sampling):\n"
+        "    out = llm.chat.completions.create(model=model, messages=[{'role': 'user', 'content': task['prompt']}], **sampling)\n"
+        "    return {'correct': float(out.choices[0].message.content.split()[99])}\n"
+    )
+    r = check(qa_client)
+    assert r.codes(Severity.ERROR) == {"episode_failed"}
+    assert "IndexError" in r.errors[0].message and "client.py" in r.errors[0].detail["traceback"]
+
+
+@pytest.mark.slow
+def test_offline_new_writes_a_template_client_whose_check_passes_with_a_training_step(tmp_path, capsys):
+    out = tmp_path / "arith"
+    assert main(["new", "Answer arithmetic questions with a number", "--out", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert "no LLM endpoint configured" in said and "offline template 'qa'" in said and "PASSED" in said
+    report = json.loads((out / ".vibe" / "check.json").read_text())
+    assert report["stats"]["max_weight_change"] > 0  # the step trained on the recorded episodes
+    assert report["stats"]["components"]["correct"]["mean"] >= 0 and report["stats"]["groups"] == 2
+    assert (out / "vibe.yaml").read_text().startswith("name: arith\ndescription: Answer arithmetic")
+    assert not (out / ".vibe" / "check-run" / "checkpoints").exists()  # the check cleans up its weights
+
+
+def test_new_without_a_matching_template_says_an_endpoint_is_needed(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("A3R_LLM_BASE_URL", raising=False)
+    assert main(["new", "Summarise legal contracts", "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    assert "no offline template matches" in err and "A3R_LLM_BASE_URL" in err
+    assert main(["new", "--out", str(tmp_path / "y")]) == 2
+    assert 'vibe new "<prompt>"' in capsys.readouterr().err
+    (tmp_path / "z").mkdir()
+    (tmp_path / "z" / "keep.txt").write_text("mine")
+    assert main(["new", "quiz questions", "--out", str(tmp_path / "z")]) == 2
+    assert "not empty" in capsys.readouterr().err
