@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tests_support import ADMIN_TOKEN, ThreadedUvicorn, free_port
+from tests_support import ADMIN_TOKEN, FakeOpenAIServer, ThreadedUvicorn, free_port
 
 from engine.client import SwarmClient
 from engine.config import SwarmConfig
@@ -47,5 +47,19 @@ def live_server():
         return srv
 
     yield make
+    for s in servers:
+        s.close()
+
+
+@pytest.fixture
+def fake_llm():
+    """Factory: fake_llm(replies) -> a started FakeOpenAIServer (the scripted LLM provider); closed at teardown."""
+    servers: list[FakeOpenAIServer] = []
+
+    def start(replies: list[str | int]) -> FakeOpenAIServer:
+        servers.append(FakeOpenAIServer(replies))
+        return servers[-1]
+
+    yield start
     for s in servers:
         s.close()

@@ -71,3 +71,69 @@ def load_benchmark(name: str):
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+class FakeOpenAIServer:
+    """An OpenAI-compatible chat endpoint on 127.0.0.1 that replays scripted replies and records requests.
+
+    The only fake in the project: it stands in for the external LLM provider. A reply is a string (the
+    assistant message content) or an int (an HTTP error status with an OpenAI-style error body).
+    """
+
+    def __init__(self, replies: list[str | int]):
+        import json
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.replies = list(replies)
+        self.requests: list[dict] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):  # keep test output clean
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                outer.requests.append(
+                    {"path": self.path, "auth": self.headers.get("Authorization"), "body": body}
+                )
+                reply = outer.replies.pop(0) if outer.replies else 500
+                if isinstance(reply, int):
+                    payload, status = (
+                        {"error": {"message": "scripted failure", "type": "server_error"}},
+                        reply,
+                    )
+                else:
+                    payload, status = (
+                        {
+                            "id": f"chatcmpl-{len(outer.requests)}",
+                            "object": "chat.completion",
+                            "created": 0,
+                            "model": body.get("model", "fake"),
+                            "choices": [
+                                {
+                                    "index": 0,
+                                    "finish_reason": "stop",
+                                    "message": {"role": "assistant", "content": reply},
+                                }
+                            ],
+                            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+                        },
+                        200,
+                    )
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()

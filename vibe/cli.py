@@ -148,10 +148,16 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "rounds", 1) < 0:
         print("vibe: --rounds must be 0 or more", file=sys.stderr)
         return 2
+    import openai
+
     try:
         return args.fn(args)
     except (VibeError, ConfigError, ValidationError, ValueError) as e:
         print(f"vibe: {e}", file=sys.stderr)
+        return 2
+    except openai.APIError as e:
+        print(f"vibe: the LLM endpoint failed ({type(e).__name__}: {e}); check --llm-base-url, "
+              "--llm-model and A3R_LLM_API_KEY", file=sys.stderr)
         return 2
 
 
