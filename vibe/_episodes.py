@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import traceback
 from pathlib import Path
 
 from engine.client import SwarmClient, run_episodes
 from vibe.config import VibeJob
 from vibe.dataset import read_jsonl
+from vibe.episode import play as play_episode
 from vibe.layout import CLIENT_FILE, CONFIG_FILE, TRAIN_FILE
 from vibe.loader import contract_function, load_module
-from vibe.probes import total
 
 
 def main() -> None:
@@ -32,24 +31,19 @@ def main() -> None:
     items = list(enumerate(t for t in tasks for _ in range(job.check.episodes)))
     episodes: list[dict] = [{"task_id": t["id"]} for _, t in items]
 
-    def play(ep, pair):
+    def one(ep, pair):
         idx = pair[0]
         try:
-            comps = run(ep.openai(max_retries=0), ep.model, pair[1], dict(job.sampling))
-            r = total(comps)
-            episodes[idx]["components"] = {k: float(v) for k, v in comps.items()}
+            reward, episodes[idx]["components"] = play_episode(run, ep, pair[1], job.sampling)
         except Exception as e:
             episodes[idx]["error"] = f"{type(e).__name__}: {e}"
             episodes[idx]["traceback"] = "".join(traceback.format_exception(type(e), e, e.__traceback__)[-6:])
             raise
-        if not math.isfinite(r):
-            episodes[idx]["error"] = f"reward is {r}"
-            raise ValueError(f"reward is {r}")
-        return r
+        return reward
 
     token = Path(args.token_file).read_text().strip()
     with SwarmClient(args.url, admin_token=token, client_id="vibe-check") as client:
-        res = run_episodes(client, items, play, task_id=lambda pair: pair[1]["id"], concurrency=job.concurrency,
+        res = run_episodes(client, items, one, task_id=lambda pair: pair[1]["id"], concurrency=job.concurrency,
                            retries=0, show_progress=False)
     Path(args.result).write_text(json.dumps({"episodes": episodes, "accepted": res.accepted}))
 

@@ -13,7 +13,7 @@ from vibe.templates import TEMPLATES_DIR
 
 QA = {p.name: p.read_text() for p in (TEMPLATES_DIR / "qa").iterdir() if p.is_file()}
 
-BUGGY_CLIENT = QA["client.py"].replace('task["prompt"]', 'task["question"]')  # no such field: KeyError
+BUGGY_CLIENT = QA["client.py"].replace("from reward import score", "from reward import scorer")  # a typo
 HACKABLE_REWARD = "def score(task, response):\n    return {'correct': 1.0 if response.strip() else 0.0}\n"
 
 
@@ -27,7 +27,7 @@ def test_the_repair_loop_fixes_a_bug_then_a_hackable_reward(fake_llm, tmp_path, 
     srv = fake_llm([
         "not json at all",  # a malformed answer is fed back and asked again
         reply({**QA, "client.py": BUGGY_CLIENT}, "first version"),
-        reply({"client.py": QA["client.py"], "reward.py": HACKABLE_REWARD}, "use the prompt field"),
+        reply({"client.py": QA["client.py"], "reward.py": HACKABLE_REWARD}, "fix the import"),
         reply({"reward.py": QA["reward.py"]}, "reward only the right number"),
     ])
     out = tmp_path / "gen"
@@ -38,11 +38,11 @@ def test_the_repair_loop_fixes_a_bug_then_a_hackable_reward(fake_llm, tmp_path, 
     rounds = sorted((out / ".vibe" / "rounds").iterdir())
     assert [r.name for r in rounds] == ["round-0", "round-1", "round-2"]
     r0, r1, r2 = (json.loads((r / "check.json").read_text()) for r in rounds)
-    assert {f["code"] for f in r0["flags"] if f["severity"] == "error"} == {"episode_failed"}
-    assert "KeyError: 'question'" in r0["flags"][0]["message"]
+    assert {f["code"] for f in r0["flags"] if f["severity"] == "error"} == {"import_failed"}
+    assert "cannot import name 'scorer'" in r0["flags"][0]["message"]
     assert {"hackable_garbage", "hackable_repeat_prompt"} <= {f["code"] for f in r1["flags"]}
     assert not [f for f in r2["flags"] if f["severity"] == "error"]
-    assert '-        model=model, messages=[{"role": "user", "content": task["question"]}]' in (rounds[1] / "diff.patch").read_text()
+    assert "-from reward import scorer\n+from reward import score\n" in (rounds[1] / "diff.patch").read_text()
     assert "response.strip()" in (rounds[2] / "diff.patch").read_text()
     assert (out / "data" / "train.jsonl").is_file() and "PASSED" in said
 
@@ -52,7 +52,7 @@ def test_the_repair_loop_fixes_a_bug_then_a_hackable_reward(fake_llm, tmp_path, 
     assert "client.py        `run(llm, model, task, sampling)" in system and "name: write-swarm-client" in system
     assert "That answer is invalid" in bodies[1]["messages"][-1]["content"]
     repair_1 = bodies[2]["messages"][-1]["content"]
-    assert "episode_failed" in repair_1 and "KeyError" in repair_1 and 'task["question"]' in repair_1
+    assert "import_failed" in repair_1 and "ImportError" in repair_1 and "from reward import scorer" in repair_1
     assert "hackable_repeat_prompt" in bodies[3]["messages"][-1]["content"]
 
 

@@ -1,0 +1,93 @@
+"""`vibe train` / `vibe status` / `vibe attach`: gated on the check, run in real tmux on a private socket,
+reward per step on disk, and the no-variance flag raised while the run is still going."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from vibe.cli import main
+from vibe.config import VibeJob
+from vibe.layout import ClientDir
+from vibe.progress import flat_streak, read_rewards, read_status
+from vibe.train import run_dir, session_name
+
+pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
+
+
+@pytest.fixture
+def tmux_socket(monkeypatch):
+    name = f"vibe-test-{time.monotonic_ns()}"
+    monkeypatch.setenv("VIBE_TMUX_SOCKET", name)
+    yield name
+    subprocess.run(["tmux", "-L", name, "kill-server"], capture_output=True)
+
+
+def test_flat_streak_counts_the_latest_steps_without_variance():
+    rec = [{"groups": 2, "flat_groups": 2}, {"groups": 2, "flat_groups": 1}, {"groups": 2, "flat_groups": 2},
+           {"groups": 2, "flat_groups": 2}]
+    assert flat_streak(rec) == 2
+    assert flat_streak(rec[:2]) == 0 and flat_streak([]) == 0
+    assert flat_streak([{"groups": 0, "flat_groups": 0}]) == 0  # no groups is not "flat"
+
+
+def test_train_refuses_a_client_whose_check_fails(qa_client, tmux_socket, capsys):
+    (qa_client / "reward.py").write_text("def score(task, response):\n    return {'any': 1.0}\n")
+    assert main(["train", str(qa_client), "--steps", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "vibe check does not pass" in err and "hackable_empty" in err
+    assert subprocess.run(["tmux", "-L", tmux_socket, "has-session", "-t", session_name(ClientDir.open(qa_client))],
+                          capture_output=True).returncode != 0
+    assert main(["status", str(qa_client)]) == 0 and "not training" in capsys.readouterr().out
+    assert main(["attach", str(qa_client)]) == 2 and "no live session" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_offline_new_check_and_train_in_tmux_with_rewards_per_step_and_a_live_flat_flag(tmp_path, tmux_socket, capsys):
+    """The offline path end to end: `vibe new` picks the QA template, `vibe train` checks it (dry run and a
+    training step that changes the weights) and trains it in tmux on the tiny model."""
+    qa_client = tmp_path / "arith"
+    assert main(["new", "Answer arithmetic questions with a number", "--out", str(qa_client), "--no-check"]) == 0
+    said = capsys.readouterr().out
+    assert "no LLM endpoint configured" in said and "offline template 'qa'" in said
+    assert (qa_client / "vibe.yaml").read_text().startswith("name: arith\ndescription: Answer arithmetic")
+    job = VibeJob.load(qa_client / "vibe.yaml")
+    swarm = job.swarm.model_dump() | {"model": {"name": "tiny"}}
+    swarm["pool"] |= {"batch_size": 2, "group_size": 2}
+    swarm["training"] |= {"mini_batch_size": 4, "micro_batch_size": 4}
+    (qa_client / "vibe.yaml").write_text(
+        VibeJob.model_validate(job.model_dump() | {"swarm": swarm, "flat_steps": 2}).to_yaml())
+    cd = ClientDir.open(qa_client)
+    assert main(["train", str(qa_client), "--steps", "3"]) == 0
+    assert "checking the client first" in capsys.readouterr().out
+    report = json.loads((qa_client / ".vibe" / "check.json").read_text())
+    assert report["stats"]["max_weight_change"] > 0  # the check's step trained on the recorded episodes
+    assert report["stats"]["groups"] == 2 and report["stats"]["components"]["correct"]["std"] == 0.0
+    assert not (qa_client / ".vibe" / "check-run" / "checkpoints").exists()  # the check cleans up its weights
+    windows = subprocess.run(["tmux", "-L", tmux_socket, "list-windows", "-t", session_name(cd), "-F", "#W"],
+                             capture_output=True, text=True).stdout.split()
+    assert windows == ["client", "server"]
+    assert main(["train", str(qa_client), "--steps", "3"]) == 2
+    assert "already training" in capsys.readouterr().err
+
+    rdir = run_dir(cd)
+    flagged_while_running = False
+    deadline = time.monotonic() + 240
+    while (st := read_status(rdir)) is None or st["state"] == "running":
+        assert time.monotonic() < deadline, (rdir / "client.log").read_text()[-2000:]
+        flagged_while_running |= bool(st and st["flags"])
+        time.sleep(0.2)
+    assert st["state"] == "done", st
+    rewards = read_rewards(rdir)
+    assert [r["step"] for r in rewards] == [1, 2, 3]
+    assert all(r["groups"] == 2 and r["episodes"] == 4 and "correct" in r["components"] for r in rewards)
+    # tiny's random words never answer right, so every group is flat: flagged at step 2 of 3, not after
+    assert st["flags"][0]["code"] == "no_reward_variance" and st["flags"][0]["step"] == 2
+    assert flagged_while_running
+    assert main(["status", str(qa_client)]) == 0
+    out = capsys.readouterr().out
+    assert "done, step 3/3" in out and "FLAG no_reward_variance (step 2)" in out and "   3        0.000" in out
