@@ -18,6 +18,7 @@ from engine.jobs import ServerProcess
 from vibe.config import VibeJob
 from vibe.flags import Report, Severity, Stage
 from vibe.layout import ClientDir
+from vibe.private import write_private
 from vibe.sandbox import run_sandboxed
 from vibe.stats import component_stats, group_spreads
 
@@ -74,8 +75,7 @@ def dry_run(cd: ClientDir, job: VibeJob, report: Report) -> None:
         return
     try:
         token_file = run_dir / "admin_token"
-        token_file.write_text(server.token)
-        token_file.chmod(0o600)
+        write_private(token_file, server.token)
         cfg = check_config(job, run_dir)
         with server.client("vibe-check-admin") as admin:
             admin.configure(cfg)

@@ -22,6 +22,7 @@ from vibe.dataset import read_jsonl
 from vibe.episode import play
 from vibe.layout import CLIENT_FILE, CONFIG_FILE, TRAIN_FILE
 from vibe.loader import contract_function, load_module
+from vibe.private import write_private
 from vibe.progress import FLAT_FLAG, flat_streak, read_rewards
 from vibe.stats import component_stats, group_spreads, mean_std
 
@@ -41,6 +42,8 @@ def train(root: Path, run_dir: Path, steps: int) -> None:
         "run_dir": str(run_dir), "training": job.swarm.training.model_copy(update={"max_steps": steps})})
     flags: list[dict] = []
     server = ServerProcess(run_dir, log_path=run_dir / "server.log")
+    write_private(run_dir / "admin_token", server.token)  # for `swarm top` while it runs
+    (run_dir / "server_url").write_text(server.url + "\n")
     try:
         with server.client("vibe-train") as client:
             client.configure(cfg)
