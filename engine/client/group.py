@@ -35,10 +35,12 @@ class EpisodeGroup:
     def __init__(
         self,
         clients: dict[str, SwarmClient],
-        task_id: str,
+        task_id: str | dict[str, str],
         is_eval: bool = False,
         commit_timeout_s: float = 120.0,
     ) -> None:
+        """`task_id` is one id for every member, or one per member name: roles served by the same server
+        (one shared model) need their own ids there so each role forms its own GRPO groups."""
         self.group_id = "grp-" + secrets.token_hex(16)
         self.is_eval = is_eval
         self.commit_timeout_s = commit_timeout_s
@@ -48,7 +50,8 @@ class EpisodeGroup:
         self.outcomes: dict[str, EpisodeOutcome] = {}
         try:
             for name, client in clients.items():
-                self.episodes[name] = client.begin_episode(task_id, is_eval)
+                tid = task_id if isinstance(task_id, str) else task_id[name]
+                self.episodes[name] = client.begin_episode(tid, is_eval)
         except Exception:
             self.abort()
             raise

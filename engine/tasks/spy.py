@@ -1,0 +1,229 @@
+"""Who is the spy: a multi-agent word game for self-play training, in two modes.
+
+Rules (after the AgentJet vibe-training prompt): N players, most civilians sharing a word, a few spies
+with a similar word. Each round every living player describes its word (never saying it: a player who
+does is eliminated on the spot), then every living player votes for the player it suspects; the
+plurality is eliminated (a tie eliminates nobody). Civilians win when every spy is out; spies win when
+they are at least as many as the civilians, or when they survive the last round. Winners get reward 1,
+losers 0. Names and ids are drawn at random for every game, so no policy can memorise seats.
+
+Modes (the same game code; only the episodes differ):
+- SHARED: one model plays every role. Civilians' and spies' calls go through two episodes on the same
+  server (task ids `<task>:civilian` and `<task>:spy`), so each role forms its own GRPO groups.
+- ADVERSARIAL: civilians on server 1, spies on server 2, one episode each in an EpisodeGroup that commits
+  or aborts together; each server trains only its own side's samples.
+
+Deliberately not here: a supervised warm start (the server trains on what its model generated, so mock
+transcripts cannot be fed through the episode API).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import secrets
+from collections import Counter
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from engine.client import Episode, EpisodeGroup, SwarmClient
+
+__all__ = ["Mode", "Player", "Role", "SpyTask", "dataset", "deal", "parse_vote", "play", "play_games", "tally", "winner"]
+
+
+class Role(str, Enum):
+    CIVILIAN = "civilian"
+    SPY = "spy"
+
+
+class Mode(str, Enum):
+    SHARED = "shared"
+    ADVERSARIAL = "adversarial"
+
+
+WORD_PAIRS = [
+    ("apple", "pear"), ("cat", "dog"), ("coffee", "tea"), ("piano", "guitar"), ("sun", "moon"),
+    ("train", "bus"), ("river", "lake"), ("book", "magazine"), ("rose", "tulip"), ("snow", "rain"),
+    ("bread", "cake"), ("chess", "checkers"), ("shoe", "boot"), ("violin", "cello"), ("bee", "wasp"),
+]
+FIRST = ["Ada", "Bruno", "Chen", "Dara", "Emil", "Farah", "Goran", "Hana", "Ivo", "Jun", "Kemal", "Lena",
+         "Mateo", "Nia", "Oskar", "Priya", "Quinn", "Rafa", "Sofia", "Tariq", "Uma", "Viktor", "Wen", "Yara"]
+LAST = ["Abara", "Berg", "Costa", "Dube", "Eriksen", "Fujita", "Garcia", "Haddad", "Ivanova", "Jensen",
+        "Kowalski", "Lindqvist", "Moreau", "Nakamura", "Okafor", "Petrov", "Rossi", "Silva", "Tanaka", "Weber"]
+
+
+@dataclass(frozen=True)
+class SpyTask:
+    id: str
+    civilian_word: str
+    spy_word: str
+    players: int = 4
+    spies: int = 1
+    max_rounds: int = 2
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.spies < self.players - self.spies:
+            raise ValueError(f"{self.spies} spies among {self.players} players: spies must be fewer than civilians")
+
+
+@dataclass
+class Player:
+    pid: str
+    name: str
+    role: Role
+    word: str
+    alive: bool = True
+
+
+@dataclass
+class GameResult:
+    winner: Role
+    rounds: int
+    transcript: list[str] = field(default_factory=list)
+
+    def rewards(self) -> dict[Role, float]:
+        return {role: 1.0 if role is self.winner else 0.0 for role in Role}
+
+
+def dataset(n: int, seed: int, players: tuple[int, ...] = (4, 5), max_rounds: int = 2) -> list[SpyTask]:
+    """`n` tasks: word pairs (either way round) x player counts, one spy per 4 players."""
+    rng = random.Random(seed)
+    tasks = []
+    for _ in range(n):
+        a, b = rng.choice(WORD_PAIRS)
+        civ, spy = (a, b) if rng.random() < 0.5 else (b, a)
+        k = rng.choice(players)
+        tasks.append(SpyTask(f"{civ}-{spy}-{k}p", civ, spy, k, max(1, k // 4), max_rounds))
+    return tasks
+
+
+def deal(task: SpyTask, rng: random.Random) -> list[Player]:
+    """Random full names, random ids, random spy seats."""
+    names = rng.sample([f"{f} {ln}" for f in FIRST for ln in LAST], task.players)
+    spies = set(rng.sample(range(task.players), task.spies))
+    return [
+        Player(f"P{rng.randrange(100, 1000)}{i}", name, Role.SPY if i in spies else Role.CIVILIAN,
+               task.spy_word if i in spies else task.civilian_word)
+        for i, name in enumerate(names)
+    ]
+
+
+def parse_vote(reply: str, candidates: list[Player], voter: Player) -> Player | None:
+    """The candidate (not the voter) named last in the reply, by full name, first name or id."""
+    best, pos = None, -1
+    for p in candidates:
+        if p is voter:
+            continue
+        for key in (p.name, p.name.split()[0], p.pid):
+            for m in re.finditer(rf"\b{re.escape(key)}\b", reply or "", flags=re.I):
+                if m.start() > pos:
+                    best, pos = p, m.start()
+    return best
+
+
+def tally(votes: list[Player | None]) -> Player | None:
+    """The plurality target; a tie (or no valid vote) eliminates nobody."""
+    counts = Counter(id(v) for v in votes if v is not None)
+    if not counts:
+        return None
+    ranked = counts.most_common()
+    if len(ranked) > 1 and ranked[0][1] == ranked[1][1]:
+        return None
+    return next(v for v in votes if v is not None and id(v) == ranked[0][0])
+
+
+def winner(players: list[Player]) -> Role | None:
+    spies = sum(1 for p in players if p.alive and p.role is Role.SPY)
+    civilians = sum(1 for p in players if p.alive and p.role is Role.CIVILIAN)
+    if spies == 0:
+        return Role.CIVILIAN
+    if spies >= civilians:
+        return Role.SPY
+    return None
+
+
+def _says_word(text: str, word: str) -> bool:
+    return re.search(rf"\b{re.escape(word)}s?\b", text or "", flags=re.I) is not None
+
+
+# speak(role, prompt) -> reply: the role selects whose model answers (its episode)
+Speak = Callable[[Role, str], str]
+
+
+def play(task: SpyTask, speak: Speak, rng: random.Random) -> GameResult:
+    """Play one game to its end; every model call goes through `speak`."""
+    players = deal(task, rng)
+    log: list[str] = []
+    for rnd in range(1, task.max_rounds + 1):
+        for p in [p for p in players if p.alive]:
+            seen = "\n".join(log[-12:]) or "(nothing yet)"
+            text = speak(p.role, (
+                f"Game 'Who is the spy'. You are {p.name} ({p.pid}). Your word is '{p.word}'. Round {rnd}. "
+                f"Describe your word in one short sentence without saying it.\nSo far:\n{seen}"))
+            text = " ".join(text.split())[:200]
+            if _says_word(text, p.word):
+                p.alive = False
+                log.append(f"{p.name} said the secret word and is out.")
+            else:
+                log.append(f"{p.name}: {text}")
+        if (w := winner(players)) is not None:
+            return GameResult(w, rnd, log)
+        alive = [p for p in players if p.alive]
+        roster = ", ".join(f"{p.name} ({p.pid})" for p in alive)
+        votes = []
+        for p in alive:
+            reply = speak(p.role, (
+                f"Game 'Who is the spy'. You are {p.name}; your word is '{p.word}'. Players: {roster}.\n"
+                + "\n".join(log[-12:]) + "\nWho is the spy? Answer with one player's name."))
+            votes.append(parse_vote(reply, alive, p))
+        out = tally(votes)
+        if out is not None:
+            out.alive = False
+            log.append(f"{out.name} was voted out.")
+        if (w := winner(players)) is not None:
+            return GameResult(w, rnd, log)
+    return GameResult(Role.SPY, task.max_rounds, log)  # the spies survived every round
+
+
+def play_episodes(episodes: Mapping[str, Episode], task: SpyTask, sampling: dict[str, Any],
+                  rng: random.Random | None = None) -> dict[str, float]:
+    """Play one game through the given episodes (keys: role values) and return each role's reward."""
+    llms = {Role(k): (ep.openai(max_retries=0), ep.model) for k, ep in episodes.items()}
+
+    def speak(role: Role, prompt: str) -> str:
+        llm, model = llms[role]
+        out = llm.chat.completions.create(model=model, messages=[{"role": "user", "content": prompt}], **sampling)
+        return out.choices[0].message.content or ""
+
+    result = play(task, speak, rng or random.Random(secrets.randbits(64)))
+    return {role.value: r for role, r in result.rewards().items()}
+
+
+def clients_for(mode: Mode, server_1: SwarmClient, server_2: SwarmClient | None = None) -> dict[str, SwarmClient]:
+    """Role -> client: both roles on server 1 (SHARED), or civilians on 1 and spies on 2 (ADVERSARIAL)."""
+    if mode is Mode.ADVERSARIAL:
+        if server_2 is None:
+            raise ValueError("adversarial mode needs a second server for the spies")
+        return {Role.CIVILIAN.value: server_1, Role.SPY.value: server_2}
+    return {Role.CIVILIAN.value: server_1, Role.SPY.value: server_1}
+
+
+def play_games(clients: Mapping[str, SwarmClient], tasks: list[SpyTask], repeats: int, sampling: dict[str, Any],
+               concurrency: int = 8, prefix: str = "") -> list[dict[str, float]]:
+    """`repeats` games of every task, committed together per game. Each (position, task) and role is one
+    GRPO group: in SHARED mode a server's pool sees 2 x len(tasks) groups (size its batch for that).
+    `prefix` (e.g. the step) keeps a task drawn again later from joining an old group."""
+
+    def one(pair: tuple[int, SpyTask]) -> dict[str, float]:
+        k, task = pair
+        ids = {role.value: f"{prefix}{k}:{task.id}:{role.value}" for role in Role}
+        with EpisodeGroup(dict(clients), ids) as group:
+            rewards = play_episodes(group.episodes, task, sampling)
+            group.commit(rewards)
+        return rewards
+
+    with ThreadPoolExecutor(concurrency) as pool:
+        return list(pool.map(one, [(k, t) for k, t in enumerate(tasks) for _ in range(repeats)]))
