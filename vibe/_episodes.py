@@ -1,17 +1,18 @@
-"""Sandboxed child of `vibe check`: play N tasks x K episodes of the client against a debug server and
-write every episode's reward components (or error) to --result. Run by vibe.sandbox only."""
+"""Sandboxed child of `vibe check`: play N tasks x K times with the client against a debug server and
+write every episode's reward components (or the error) to --result. Run by vibe.sandbox only."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from engine.client import SwarmClient, run_episodes
+from engine.client import SwarmClient
 from vibe.config import VibeJob
 from vibe.dataset import read_jsonl
-from vibe.episode import play as play_episode
+from vibe.episode import client_roles, play_task
 from vibe.layout import CLIENT_FILE, CONFIG_FILE, TRAIN_FILE
 from vibe.loader import contract_function, load_module
 
@@ -25,27 +26,24 @@ def main() -> None:
     args = p.parse_args()
     root = Path(args.root)
     job = VibeJob.load(root / CONFIG_FILE)
-    run = contract_function(load_module(root, CLIENT_FILE), CLIENT_FILE)
+    module = load_module(root, CLIENT_FILE)
+    run, roles = contract_function(module, CLIENT_FILE), client_roles(module)
     tasks = read_jsonl(root / TRAIN_FILE)[0][: job.check.tasks]
-    # (episode index, task): K repeats of a task share its id, so they form one group on the server
-    items = list(enumerate(t for t in tasks for _ in range(job.check.episodes)))
-    episodes: list[dict] = [{"task_id": t["id"]} for _, t in items]
-
-    def one(ep, pair):
-        idx = pair[0]
-        try:
-            reward, episodes[idx]["components"] = play_episode(run, ep, pair[1], job.sampling)
-        except Exception as e:
-            episodes[idx]["error"] = f"{type(e).__name__}: {e}"
-            episodes[idx]["traceback"] = "".join(traceback.format_exception(type(e), e, e.__traceback__)[-6:])
-            raise
-        return reward
-
     token = Path(args.token_file).read_text().strip()
-    with SwarmClient(args.url, admin_token=token, client_id="vibe-check") as client:
-        res = run_episodes(client, items, one, task_id=lambda pair: pair[1]["id"], concurrency=job.concurrency,
-                           retries=0, show_progress=False)
-    Path(args.result).write_text(json.dumps({"episodes": episodes, "accepted": res.accepted}))
+
+    def one(task: dict, client: SwarmClient) -> list[dict]:
+        # K plays of a task share its id, so they form one group (per role) on the server
+        try:
+            return play_task(client, run, roles, task["id"], task, job.sampling)
+        except Exception as e:  # noqa: BLE001 - any failure of client code is the finding
+            return [{"task_id": task["id"], "error": f"{type(e).__name__}: {e}",
+                     "traceback": "".join(traceback.format_exception(type(e), e, e.__traceback__)[-6:])}]
+
+    with SwarmClient(args.url, admin_token=token, client_id="vibe-check") as client, \
+            ThreadPoolExecutor(job.concurrency) as pool:
+        plays = [t for t in tasks for _ in range(job.check.episodes)]
+        episodes = [r for records in pool.map(lambda t: one(t, client), plays) for r in records]
+    Path(args.result).write_text(json.dumps({"episodes": episodes, "roles": roles}))
 
 
 if __name__ == "__main__":

@@ -10,8 +10,9 @@ from pathlib import Path
 
 from vibe.config import VibeJob
 from vibe.dataset import read_jsonl
+from vibe.episode import client_roles
 from vibe.flags import Report, Severity, Stage
-from vibe.layout import CONFIG_FILE, REQUIRED_FUNCTIONS, REWARD_FILE, TRAIN_FILE
+from vibe.layout import CLIENT_FILE, CONFIG_FILE, REQUIRED_FUNCTIONS, REWARD_FILE, TRAIN_FILE
 from vibe.loader import contract_function, load_module
 from vibe.probes import probe_rewards
 
@@ -28,7 +29,10 @@ def main() -> None:
     fns = {}
     for filename in REQUIRED_FUNCTIONS:
         try:
-            fns[filename] = contract_function(load_module(root, filename), filename)
+            module = load_module(root, filename)
+            fns[filename] = contract_function(module, filename)
+            if filename == CLIENT_FILE:
+                report.stats["roles"] = client_roles(module)
         except Exception as e:  # noqa: BLE001 - any import-time failure of client code is the finding
             tb = "".join(traceback.format_exception(type(e), e, e.__traceback__)[-6:])
             report.add(Stage.STATIC, "import_failed", Severity.ERROR,

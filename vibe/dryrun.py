@@ -25,9 +25,10 @@ from vibe.stats import component_stats, group_spreads
 __all__ = ["check_config", "dry_run", "weights_changed"]
 
 
-def check_config(job: VibeJob, run_dir: Path) -> SwarmConfig:
-    """The debug server's config: tiny, full weights, one step as soon as N tasks x K episodes are in."""
-    n, k = job.check.tasks, job.check.episodes
+def check_config(job: VibeJob, run_dir: Path, roles: int = 1) -> SwarmConfig:
+    """The debug server's config: tiny, full weights, one step as soon as N tasks x K episodes (per
+    role: each role of a task is its own group) are in."""
+    n, k = job.check.tasks * roles, job.check.episodes
     data = job.swarm.model_dump(mode="json")
     data["model"] = {**data["model"], "name": "tiny"}
     data["lora"] = {**data["lora"], "enabled": False}
@@ -76,7 +77,7 @@ def dry_run(cd: ClientDir, job: VibeJob, report: Report) -> None:
     try:
         token_file = run_dir / "admin_token"
         write_private(token_file, server.token)
-        cfg = check_config(job, run_dir)
+        cfg = check_config(job, run_dir, max(1, len(report.stats.get("roles", []))))
         with server.client("vibe-check-admin") as admin:
             admin.configure(cfg)
             admin.start(wait=True, timeout=job.check.timeout_s)
@@ -143,7 +144,8 @@ def _episode_flags(res, job: VibeJob, report: Report) -> bool:
         report.add(Stage.DRY_RUN, "groups_all_equal", Severity.WARNING,
                    f"every group of the dry run had equal rewards ({totals[0]:.3g}); with random tiny weights this "
                    "is common, but if it persists in training there is no learning signal (see vibe status)")
-    if res.result["accepted"] != len(episodes):
+    accepted = sum(1 for e in episodes if e.get("accepted"))
+    if accepted != len(episodes):
         report.add(Stage.DRY_RUN, "episodes_rejected", Severity.ERROR,
-                   f"the server accepted {res.result['accepted']} of {len(episodes)} ended episodes")
+                   f"the server accepted {accepted} of {len(episodes)} ended episodes")
     return not report.errors

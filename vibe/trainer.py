@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from engine.client import run_episodes
 from engine.jobs import ServerProcess
 from vibe.config import VibeJob
 from vibe.dataset import read_jsonl
-from vibe.episode import play
+from vibe.episode import client_roles, play_task
 from vibe.layout import CLIENT_FILE, CONFIG_FILE, TRAIN_FILE
 from vibe.loader import contract_function, load_module
 from vibe.private import write_private
@@ -33,42 +34,59 @@ def _write_status(run_dir: Path, **status) -> None:
     os.replace(tmp, run_dir / "status.json")
 
 
+RETRIES = 2  # a play that raises (a dropped connection, a flaky tool) is aborted and played again
+
+
+def _play_retrying(client, run, roles, item, sampling) -> tuple[list[dict], str | None]:
+    """(records, None), or ([], the last error) when every attempt failed."""
+    task_id, task = item
+    last = None
+    for _ in range(RETRIES + 1):
+        try:
+            return play_task(client, run, roles, task_id, task, sampling), None
+        except Exception as e:  # noqa: BLE001 - client code may fail in any way; reported, run goes on
+            last = f"{task_id}: {type(e).__name__}: {e}"
+    return [], last
+
+
 def train(root: Path, run_dir: Path, steps: int) -> None:
     job = VibeJob.load(root / CONFIG_FILE)
-    run = contract_function(load_module(root, CLIENT_FILE), CLIENT_FILE)
+    module = load_module(root, CLIENT_FILE)
+    run = contract_function(module, CLIENT_FILE)
     tasks = read_jsonl(root / TRAIN_FILE)[0]
     B, N = job.swarm.pool.batch_size, job.swarm.pool.group_size
+    roles = client_roles(module)
+    # each role of a task is its own group, so the server's batch is B x roles groups
+    pool_cfg = job.swarm.pool.model_copy(update={"batch_size": B * max(1, len(roles))})
     cfg = job.swarm.model_copy(update={
-        "run_dir": str(run_dir), "training": job.swarm.training.model_copy(update={"max_steps": steps})})
+        "run_dir": str(run_dir), "pool": pool_cfg,
+        "training": job.swarm.training.model_copy(update={"max_steps": steps})})
     flags: list[dict] = []
     server = ServerProcess(run_dir, log_path=run_dir / "server.log")
     write_private(run_dir / "admin_token", server.token)  # for `swarm top` while it runs
     (run_dir / "server_url").write_text(server.url + "\n")
     try:
-        with server.client("vibe-train") as client:
+        with server.client("vibe-train") as client, ThreadPoolExecutor(job.concurrency) as pool:
             client.configure(cfg)
             step = client.start(wait=True)["global_step"]
-            print(f"[vibe] server ROLLING at step {step}: {cfg.model.name}, {B} tasks x {N} episodes per step", flush=True)
+            print(f"[vibe] server ROLLING at step {step}: {cfg.model.name}, {B} tasks x {N} plays per step"
+                  + (f", roles {', '.join(roles)}" if roles else ""), flush=True)
             _write_status(run_dir, state="running", step=step, steps=steps, flags=flags)
             while step < steps:
                 batch = [tasks[(step * B + k) % len(tasks)] for k in range(B)]
                 # a task is (step, position): a task drawn twice is two groups of N, never one of 2N
                 items = [(f"s{step}:{k}:{t['id']}", t) for k, t in enumerate(batch) for _ in range(N)]
-                results: list[dict | None] = [None] * len(items)
-
-                def one(ep, idx, items=items, results=results):
-                    reward, results[idx] = play(run, ep, items[idx][1], job.sampling)
-                    return reward
-
-                res = run_episodes(client, list(range(len(items))), one, task_id=lambda idx, items=items: items[idx][0],
-                                   concurrency=job.concurrency, show_progress=True)
-                episodes = [{"task_id": tid, "components": c} for (tid, _), c in zip(items, results, strict=True) if c]
+                outs = list(pool.map(lambda item: _play_retrying(client, run, roles, item, job.sampling), items))
+                episodes = [r for records, _ in outs for r in records]
+                failures = [err for _, err in outs if err]
+                for err in failures[:3]:
+                    print(f"[vibe] a play failed {RETRIES + 1} times: {err}", flush=True)
                 step = client.wait_for_step(step + 1, timeout=3600)["global_step"]
-                totals = [r for r in res.rewards if r is not None]
+                totals = [math.fsum(e["components"].values()) for e in episodes]
                 spreads = group_spreads(episodes)
                 mean, std = mean_std(totals)
                 record = {"step": step, "reward_mean": mean, "reward_std": std, "episodes": len(totals),
-                          "failed": len(res.failures), "groups": len(spreads),
+                          "failed": len(failures), "groups": len(spreads),
                           "flat_groups": sum(1 for s in spreads.values() if s == 0.0),
                           "components": component_stats(episodes)}
                 with open(run_dir / "rewards.jsonl", "a") as f:

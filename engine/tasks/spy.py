@@ -31,7 +31,10 @@ from typing import Any
 
 from engine.client import Episode, EpisodeGroup, SwarmClient
 
-__all__ = ["Mode", "Player", "Role", "SpyTask", "dataset", "deal", "parse_vote", "play", "play_games", "tally", "winner"]
+__all__ = [
+    "GameResult", "Mode", "Player", "Role", "SpyTask", "clients_for", "dataset", "deal", "openai_speaker",
+    "parse_vote", "play", "play_episodes", "play_games", "tally", "winner",
+]
 
 
 class Role(str, Enum):
@@ -83,6 +86,8 @@ class GameResult:
     winner: Role
     rounds: int
     transcript: list[str] = field(default_factory=list)
+    # (role, the speaker's word, the description, the descriptions said before it): for description rewards
+    descriptions: list[tuple[Role, str, str, list[str]]] = field(default_factory=list)
 
     def rewards(self) -> dict[Role, float]:
         return {role: 1.0 if role is self.winner else 0.0 for role in Role}
@@ -157,6 +162,7 @@ def play(task: SpyTask, speak: Speak, rng: random.Random) -> GameResult:
     """Play one game to its end; every model call goes through `speak`."""
     players = deal(task, rng)
     log: list[str] = []
+    said: list[tuple[Role, str, str, list[str]]] = []
     for rnd in range(1, task.max_rounds + 1):
         for p in [p for p in players if p.alive]:
             seen = "\n".join(log[-12:]) or "(nothing yet)"
@@ -164,13 +170,14 @@ def play(task: SpyTask, speak: Speak, rng: random.Random) -> GameResult:
                 f"Game 'Who is the spy'. You are {p.name} ({p.pid}). Your word is '{p.word}'. Round {rnd}. "
                 f"Describe your word in one short sentence without saying it.\nSo far:\n{seen}"))
             text = " ".join(text.split())[:200]
+            said.append((p.role, p.word, text, [d[2] for d in said]))
             if _says_word(text, p.word):
                 p.alive = False
                 log.append(f"{p.name} said the secret word and is out.")
             else:
                 log.append(f"{p.name}: {text}")
         if (w := winner(players)) is not None:
-            return GameResult(w, rnd, log)
+            return GameResult(w, rnd, log, said)
         alive = [p for p in players if p.alive]
         roster = ", ".join(f"{p.name} ({p.pid})" for p in alive)
         votes = []
@@ -184,20 +191,25 @@ def play(task: SpyTask, speak: Speak, rng: random.Random) -> GameResult:
             out.alive = False
             log.append(f"{out.name} was voted out.")
         if (w := winner(players)) is not None:
-            return GameResult(w, rnd, log)
-    return GameResult(Role.SPY, task.max_rounds, log)  # the spies survived every round
+            return GameResult(w, rnd, log, said)
+    return GameResult(Role.SPY, task.max_rounds, log, said)  # the spies survived every round
 
 
-def play_episodes(episodes: Mapping[str, Episode], task: SpyTask, sampling: dict[str, Any],
-                  rng: random.Random | None = None) -> dict[str, float]:
-    """Play one game through the given episodes (keys: role values) and return each role's reward."""
-    llms = {Role(k): (ep.openai(max_retries=0), ep.model) for k, ep in episodes.items()}
+def openai_speaker(llms: Mapping[Role, tuple[Any, str]], sampling: dict[str, Any]) -> Speak:
+    """speak() over OpenAI clients: role -> (client, model name)."""
 
     def speak(role: Role, prompt: str) -> str:
         llm, model = llms[role]
         out = llm.chat.completions.create(model=model, messages=[{"role": "user", "content": prompt}], **sampling)
         return out.choices[0].message.content or ""
 
+    return speak
+
+
+def play_episodes(episodes: Mapping[str, Episode], task: SpyTask, sampling: dict[str, Any],
+                  rng: random.Random | None = None) -> dict[str, float]:
+    """Play one game through the given episodes (keys: role values) and return each role's reward."""
+    speak = openai_speaker({Role(k): (ep.openai(max_retries=0), ep.model) for k, ep in episodes.items()}, sampling)
     result = play(task, speak, rng or random.Random(secrets.randbits(64)))
     return {role.value: r for role, r in result.rewards().items()}
 

@@ -73,3 +73,23 @@ def test_new_without_a_matching_template_says_an_endpoint_is_needed(tmp_path, ca
     (tmp_path / "z" / "keep.txt").write_text("mine")
     assert main(["new", "quiz questions", "--out", str(tmp_path / "z")]) == 2
     assert "not empty" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_the_spy_template_checks_with_one_episode_group_per_role(tmp_path):
+    from vibe.data import write_data
+    from vibe.layout import ClientDir
+    from vibe.templates import Family, copy_template
+
+    root = tmp_path / "spy"
+    copy_template(Family.GAME, root)
+    write_data(ClientDir.open(root))
+    text = (root / "vibe.yaml").read_text()
+    (root / "vibe.yaml").write_text(text.replace("max_tokens: 24", "max_tokens: 6"))  # 16 calls a game: keep them short
+    r = check(root)
+    assert r.passed, r.render()
+    assert r.stats["roles"] == ["civilian", "spy"] and r.stats["groups"] == 2  # 1 task x 2 roles
+    assert set(r.stats["components"]) == {"win", "describe", "total"}
+    assert r.stats["max_weight_change"] > 0
+    # the sides' rewards are complementary in every game: mean win of both groups is 0.4 (0.8 / 2)
+    assert r.stats["components"]["win"]["mean"] == pytest.approx(0.4)

@@ -31,7 +31,7 @@ class _Family:
 
 
 FAMILIES = (
-    _Family(Family.GAME, "multi-agent game with shared parameters (players describe and vote)",
+    _Family(Family.GAME, "who is the spy: a multi-agent game, one shared model, each role its own episodes",
             ("game", "games", "player", "players", "spy", "multi-agent", "multiagent", "agents", "vote", "voting",
              "undercover", "werewolf", "debate")),
     _Family(Family.TOOL_USE, "multi-turn tool use (a calculator tool, OpenAI tool calls)",

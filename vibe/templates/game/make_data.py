@@ -1,4 +1,4 @@
-"""Mock dataset: word pairs with hint features, each pair with several player counts."""
+"""Mock dataset: civilian/spy word pairs with hint features, several player counts, disjoint test words."""
 
 PAIRS = [
     ("apple", ["red", "fruit", "tree", "sweet", "round"], "pear", ["green", "fruit", "tree", "juicy"]),
@@ -14,21 +14,21 @@ PAIRS = [
     ("bread", ["bake", "flour", "loaf", "slice"], "cake", ["sweet", "bake", "birthday", "flour"]),
     ("chess", ["board", "king", "pieces", "strategy"], "checkers", ["board", "jump", "pieces"]),
 ]
+TEST_WORDS = {"snow", "bread", "chess"}
 
 
 def generate(seed):
     tasks = []
     for word, hints, spy_word, spy_hints in PAIRS:
-        for players in (3, 4, 5):
-            gold = f"It is something {hints[0]} and {hints[1]}."
+        for players in (4, 5, 6):
             tasks.append({
                 "id": f"{word}-{spy_word}-{players}p",
+                # what a civilian is asked (the probes echo it), a reference description, another player's words
                 "prompt": f"Your secret word is '{word}'. Describe it in one short sentence without saying it.",
-                "gold": gold,
-                # another player's words: a description of the same word that a copycat would repeat
+                "gold": f"It is something {hints[0]} and {hints[1]}.",
                 "decoys": [f"Mostly {hints[2]}, sometimes {hints[-1]}."],
-                "word": word, "hints": hints, "spy_word": spy_word, "spy_hints": spy_hints, "players": players,
+                "word": word, "hints": hints, "spy_word": spy_word, "spy_hints": spy_hints,
+                "players": players, "spies": 1 if players < 6 else 2, "rounds": 2,
             })
-    test_pairs = {"snow", "bread", "chess"}
-    return {"train": [t for t in tasks if t["word"] not in test_pairs],
-            "test": [t for t in tasks if t["word"] in test_pairs]}
+    return {"train": [t for t in tasks if t["word"] not in TEST_WORDS],
+            "test": [t for t in tasks if t["word"] in TEST_WORDS]}

@@ -1,6 +1,6 @@
-"""Rule reward of one description: the share of the word's hint features it mentions (capped at 1 for
-two hints), 0 if it says the secret word itself (the prompt contains it, so echoing the prompt scores
-0), and 0 if it copies another player's description (a decoy) instead of describing.
+"""Rule reward of one description: the share of the word's hint features it mentions (1 at two hints),
+0 if it says the secret word (the prompt contains it, so echoing the prompt scores 0), and 0 if it
+copies another player's description (a decoy) instead of describing.
 """
 
 import re
@@ -16,7 +16,7 @@ def _words(text):
 
 def score(task, response):
     words = _words(response)
-    if not words or task["word"].lower() in words:
+    if not words or task["word"].lower() in words or task["word"].lower() + "s" in words:
         return {"description": 0.0}
     for other in task.get("decoys", []):
         theirs = _words(other)
