@@ -13,7 +13,10 @@ import math
 import shutil
 from pathlib import Path
 
+import httpx
+
 from engine.config import SwarmConfig
+from engine.errors import SwarmError
 from engine.jobs import ServerProcess
 from vibe.config import VibeJob
 from vibe.flags import Report, Severity, Stage
@@ -79,8 +82,13 @@ def dry_run(cd: ClientDir, job: VibeJob, report: Report) -> None:
         write_private(token_file, server.token)
         cfg = check_config(job, run_dir, max(1, len(report.stats.get("roles", []))))
         with server.client("vibe-check-admin") as admin:
-            admin.configure(cfg)
-            admin.start(wait=True, timeout=job.check.timeout_s)
+            try:
+                admin.configure(cfg)
+                admin.start(wait=True, timeout=job.check.timeout_s)
+            except (SwarmError, TimeoutError, httpx.HTTPError) as e:
+                report.add(Stage.DRY_RUN, "server_failed", Severity.ERROR,
+                           f"the debug server did not reach ROLLING: {e}; log: {run_dir / 'server.log'}")
+                return
             res = run_sandboxed(
                 "vibe._episodes", [str(cd.root), "--url", server.url, "--token-file", str(token_file)],
                 cwd=cd.root, result_file=run_dir / "episodes.json",

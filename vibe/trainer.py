@@ -25,6 +25,7 @@ from vibe.layout import CLIENT_FILE, CONFIG_FILE, TRAIN_FILE
 from vibe.loader import contract_function, load_module
 from vibe.private import write_private
 from vibe.progress import FLAT_FLAG, flat_streak, read_rewards
+from vibe.sandbox import tail
 from vibe.stats import component_stats, group_spreads, mean_std
 
 
@@ -32,6 +33,10 @@ def _write_status(run_dir: Path, **status) -> None:
     tmp = run_dir / "status.json.tmp"
     tmp.write_text(json.dumps(status))
     os.replace(tmp, run_dir / "status.json")
+
+
+def _read(path: Path) -> str:
+    return path.read_text(errors="replace") if path.is_file() else ""
 
 
 RETRIES = 2  # a play that raises (a dropped connection, a flaky tool) is aborted and played again
@@ -50,22 +55,23 @@ def _play_retrying(client, run, roles, item, sampling) -> tuple[list[dict], str 
 
 
 def train(root: Path, run_dir: Path, steps: int) -> None:
-    job = VibeJob.load(root / CONFIG_FILE)
-    module = load_module(root, CLIENT_FILE)
-    run = contract_function(module, CLIENT_FILE)
-    tasks = read_jsonl(root / TRAIN_FILE)[0]
-    B, N = job.swarm.pool.batch_size, job.swarm.pool.group_size
-    roles = client_roles(module)
-    # each role of a task is its own group, so the server's batch is B x roles groups
-    pool_cfg = job.swarm.pool.model_copy(update={"batch_size": B * max(1, len(roles))})
-    cfg = job.swarm.model_copy(update={
-        "run_dir": str(run_dir), "pool": pool_cfg,
-        "training": job.swarm.training.model_copy(update={"max_steps": steps})})
     flags: list[dict] = []
-    server = ServerProcess(run_dir, log_path=run_dir / "server.log")
-    write_private(run_dir / "admin_token", server.token)  # for `swarm top` while it runs
-    (run_dir / "server_url").write_text(server.url + "\n")
+    server = None
     try:
+        job = VibeJob.load(root / CONFIG_FILE)
+        module = load_module(root, CLIENT_FILE)
+        run = contract_function(module, CLIENT_FILE)
+        tasks = read_jsonl(root / TRAIN_FILE)[0]
+        B, N = job.swarm.pool.batch_size, job.swarm.pool.group_size
+        roles = client_roles(module)
+        # each role of a task is its own group, so the server's batch is B x roles groups
+        pool_cfg = job.swarm.pool.model_copy(update={"batch_size": B * max(1, len(roles))})
+        cfg = job.swarm.model_copy(update={
+            "run_dir": str(run_dir), "pool": pool_cfg,
+            "training": job.swarm.training.model_copy(update={"max_steps": steps})})
+        server = ServerProcess(run_dir, log_path=run_dir / "server.log")
+        write_private(run_dir / "admin_token", server.token)  # for `swarm top` while it runs
+        (run_dir / "server_url").write_text(server.url + "\n")
         with server.client("vibe-train") as client, ThreadPoolExecutor(job.concurrency) as pool:
             client.configure(cfg)
             step = client.start(wait=True)["global_step"]
@@ -101,12 +107,17 @@ def train(root: Path, run_dir: Path, steps: int) -> None:
                     print(f"[vibe] WARNING {flags[-1]['message']}", flush=True)
                 _write_status(run_dir, state="running", step=step, steps=steps, flags=flags)
             _write_status(run_dir, state="done", step=step, steps=steps, flags=flags)
-    except Exception as e:
-        _write_status(run_dir, state="failed", step=None, steps=steps, flags=flags, error=f"{type(e).__name__}: {e}")
-        traceback.print_exc()
+    except Exception as e:  # noqa: BLE001 - whatever stopped the run is reported in status.json and on screen
+        error = f"{type(e).__name__}: {e}"
+        _write_status(run_dir, state="failed", step=None, steps=steps, flags=flags, error=error)
+        with open(run_dir / "client.traceback", "w") as f:
+            traceback.print_exc(file=f)
+        print(f"[vibe] training stopped: {error}\n[vibe] server log tail:\n{tail(_read(run_dir / 'server.log'), 15)}\n"
+              f"[vibe] traceback in {run_dir / 'client.traceback'}", flush=True)
         raise SystemExit(1) from None
     finally:
-        server.stop()
+        if server is not None:
+            server.stop()
 
 
 def main() -> None:

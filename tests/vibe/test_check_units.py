@@ -111,6 +111,10 @@ def test_stats_against_hand_computed_values():
     ("prompt", "family"),
     [
         ("Who is the spy: a game where players describe words and vote", Family.GAME),
+        # the AgentJet spy prompt also asks for Tools and a mock dataset: still the game
+        ("Write an agent that learns the Who is the Spy task, trained via reinforcement learning. N players, "
+         "civilians and spies; rounds of descriptions, then voting. Use the OpenAI SDK, flexibly using Tools.",
+         Family.GAME),
         ("An agent that calls a calculator tool over several turns", Family.TOOL_USE),
         ("Answer arithmetic questions", Family.QA),
         ("Summarise legal contracts", None),

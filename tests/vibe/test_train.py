@@ -91,3 +91,20 @@ def test_offline_new_check_and_train_in_tmux_with_rewards_per_step_and_a_live_fl
     assert main(["status", str(qa_client)]) == 0
     out = capsys.readouterr().out
     assert "done, step 3/3" in out and "FLAG no_reward_variance (step 2)" in out and "   3        0.000" in out
+
+
+def test_a_training_run_whose_server_cannot_boot_says_why(qa_client, tmp_path, capsys):
+    from vibe.trainer import train
+
+    text = (qa_client / "vibe.yaml").read_text()
+    (qa_client / "vibe.yaml").write_text(text.replace("name: smollm2-135m", "name: no-such-model-dir"))
+    rdir = tmp_path / "run"
+    rdir.mkdir()
+    with pytest.raises(SystemExit) as e:
+        train(qa_client, rdir, steps=1)
+    assert e.value.code == 1
+    st = read_status(rdir)
+    assert st["state"] == "failed" and "no-such-model-dir" in st["error"]
+    out = capsys.readouterr().out
+    assert "[vibe] training stopped" in out and "Traceback" not in out
+    assert (rdir / "client.traceback").is_file() and oct((rdir / "admin_token").stat().st_mode)[-3:] == "600"
