@@ -1,5 +1,7 @@
 """Sandboxed child of `vibe check`: import the client's modules, check the contract's functions, and run
-the reward probes. Writes {"flags": [...], "stats": {...}} to --result. Run by vibe.sandbox only."""
+the reward probes. Writes {"flags": [...], "stats": {...}} to --result. Run by vibe.sandbox only.
+
+It imports neither torch nor the engine (the parent passes the probe limits), so it starts fast."""
 
 from __future__ import annotations
 
@@ -8,13 +10,11 @@ import json
 import traceback
 from pathlib import Path
 
-from vibe.config import VibeJob
 from vibe.dataset import read_jsonl
-from vibe.episode import client_roles
 from vibe.flags import Report, Severity, Stage
-from vibe.layout import CLIENT_FILE, CONFIG_FILE, REQUIRED_FUNCTIONS, REWARD_FILE, TRAIN_FILE
-from vibe.loader import contract_function, load_module
-from vibe.probes import probe_rewards
+from vibe.layout import CLIENT_FILE, REQUIRED_FUNCTIONS, REWARD_FILE, TRAIN_FILE
+from vibe.loader import client_roles, contract_function, load_module
+from vibe.probes import ProbeLimits, probe_rewards
 
 PROBE_TASKS = 8
 
@@ -22,6 +22,7 @@ PROBE_TASKS = 8
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("root")
+    p.add_argument("--limits", required=True, help="ProbeLimits as JSON")
     p.add_argument("--result", required=True)
     args = p.parse_args()
     root = Path(args.root)
@@ -39,9 +40,9 @@ def main() -> None:
                        f"{filename} does not import or lacks its contract function: {type(e).__name__}: {e}",
                        file=filename, traceback=tb)
     if REWARD_FILE in fns:
-        job = VibeJob.load(root / CONFIG_FILE)
+        limits = ProbeLimits.model_validate_json(args.limits)
         tasks, _ = read_jsonl(root / TRAIN_FILE)
-        probe_rewards(fns[REWARD_FILE], [t for t in tasks if isinstance(t, dict)][:PROBE_TASKS], job, report)
+        probe_rewards(fns[REWARD_FILE], [t for t in tasks if isinstance(t, dict)][:PROBE_TASKS], limits, report)
     Path(args.result).write_text(json.dumps({"flags": [f.model_dump(mode="json") for f in report.flags],
                                              "stats": report.stats}))
 

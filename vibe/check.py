@@ -69,7 +69,7 @@ def _run(cd: ClientDir, report: Report, dry_run: bool) -> None:
         return
 
     report.stages_run += [Stage.STATIC, Stage.PROBES]
-    res = run_sandboxed("vibe._probe", [str(cd.root)], cwd=cd.root, result_file=cd.state_dir / "probe.json",
+    res = run_sandboxed("vibe._probe", [str(cd.root), "--limits", job.probe_limits().model_dump_json()], cwd=cd.root, result_file=cd.state_dir / "probe.json",
                         timeout_s=job.check.timeout_s, memory_mb=job.check.memory_mb)
     if res.result is None:
         why = f"timed out after {job.check.timeout_s}s" if res.timed_out else f"exited with code {res.returncode}"

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from engine.config import SwarmConfig
 from vibe.exceptions import LayoutError
+from vibe.probes import ProbeLimits
 
 
 class CheckConfig(BaseModel):
@@ -61,6 +62,10 @@ class VibeJob(BaseModel):
                 f"responses from bad (got {self.reward_min}, {self.anti_gold_max}, {self.gold_min}, {self.reward_max})"
             )
         return self
+
+    def probe_limits(self) -> ProbeLimits:
+        return ProbeLimits(reward_min=self.reward_min, reward_max=self.reward_max, gold_min=self.gold_min,
+                           anti_gold_max=self.anti_gold_max)
 
     @property
     def sampling(self) -> dict[str, float | int]:

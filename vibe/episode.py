@@ -16,20 +16,9 @@ from typing import Any
 from engine.client import EpisodeGroup, SwarmClient
 from vibe.probes import total
 
-__all__ = ["client_roles", "play_task"]
+__all__ = ["play_task"]
 
 Record = dict[str, Any]  # {"task_id": ..., "components": {name: value}, "accepted": bool}
-
-
-def client_roles(module: Any) -> list[str]:
-    """The module's ROLES, validated (empty for a single-role client)."""
-    roles = getattr(module, "ROLES", None)
-    if roles is None:
-        return []
-    if not (isinstance(roles, (list, tuple)) and roles and all(isinstance(r, str) and r for r in roles)
-            and len(set(roles)) == len(roles)):
-        raise TypeError("client.py: ROLES must be a list of distinct non-empty role names")
-    return list(roles)
 
 
 def _finite(reward: float, comps: Any) -> float:

@@ -8,10 +8,11 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from vibe.layout import REQUIRED_FUNCTIONS
 
-__all__ = ["contract_function", "load_module"]
+__all__ = ["client_roles", "contract_function", "load_module"]
 
 
 def load_module(root: Path, filename: str) -> ModuleType:
@@ -42,3 +43,14 @@ def contract_function(module: ModuleType, filename: str) -> Callable:
     except ValueError:
         pass  # builtins without a signature: calling it will tell
     return fn
+
+
+def client_roles(module: Any) -> list[str]:
+    """The module's ROLES, validated (empty for a single-role client)."""
+    roles = getattr(module, "ROLES", None)
+    if roles is None:
+        return []
+    if not (isinstance(roles, (list, tuple)) and roles and all(isinstance(r, str) and r for r in roles)
+            and len(set(roles)) == len(roles)):
+        raise TypeError("client.py: ROLES must be a list of distinct non-empty role names")
+    return list(roles)

@@ -12,9 +12,22 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+
 from vibe.flags import Report, Severity, Stage
 
-__all__ = ["anti_gold_responses", "probe_rewards", "total"]
+__all__ = ["ProbeLimits", "anti_gold_responses", "probe_rewards", "total"]
+
+
+class ProbeLimits(BaseModel):
+    """The thresholds the probes apply (vibe.yaml's; see vibe.config.VibeJob for their meaning)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    reward_min: float
+    reward_max: float
+    gold_min: float
+    anti_gold_max: float
 
 ScoreFn = Callable[[dict[str, Any], str], dict[str, float]]
 
@@ -41,11 +54,8 @@ def anti_gold_responses(task: dict[str, Any], seed: int = 0) -> dict[str, str]:
     return out
 
 
-def probe_rewards(score: ScoreFn, tasks: list[dict[str, Any]], job: Any, report: Report) -> None:
-    """Score the gold and anti-gold responses of `tasks` and add flags to `report`.
-
-    `job` carries the thresholds (gold_min, anti_gold_max, reward_min, reward_max).
-    """
+def probe_rewards(score: ScoreFn, tasks: list[dict[str, Any]], job: ProbeLimits, report: Report) -> None:
+    """Score the gold and anti-gold responses of `tasks` and add flags to `report`."""
     low_gold: list[str] = []
     hacked: dict[str, list[str]] = {}
     gold_scores: list[float] = []

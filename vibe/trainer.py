@@ -20,9 +20,10 @@ from pathlib import Path
 from engine.jobs import ServerProcess
 from vibe.config import VibeJob
 from vibe.dataset import read_jsonl
-from vibe.episode import client_roles, play_task
+from vibe.episode import play_task
+from vibe.exceptions import VibeError
 from vibe.layout import CLIENT_FILE, CONFIG_FILE, TRAIN_FILE
-from vibe.loader import contract_function, load_module
+from vibe.loader import client_roles, contract_function, load_module
 from vibe.private import write_private
 from vibe.progress import FLAT_FLAG, flat_streak, read_rewards
 from vibe.sandbox import tail
@@ -85,8 +86,10 @@ def train(root: Path, run_dir: Path, steps: int) -> None:
                 outs = list(pool.map(lambda item: _play_retrying(client, run, roles, item, job.sampling), items))
                 episodes = [r for records, _ in outs for r in records]
                 failures = [err for _, err in outs if err]
-                for err in failures[:3]:
-                    print(f"[vibe] a play failed {RETRIES + 1} times: {err}", flush=True)
+                if failures:
+                    # the groups of those tasks can never fill, so the server would wait for them forever
+                    raise VibeError(f"{len(failures)} play(s) failed {RETRIES + 1} times at step {step + 1}; "
+                                    f"first: {failures[0]}")
                 step = client.wait_for_step(step + 1, timeout=3600)["global_step"]
                 totals = [math.fsum(e["components"].values()) for e in episodes]
                 spreads = group_spreads(episodes)

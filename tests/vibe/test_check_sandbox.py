@@ -85,7 +85,11 @@ def test_the_spy_template_checks_with_one_episode_group_per_role(tmp_path):
     copy_template(Family.GAME, root)
     write_data(ClientDir.open(root))
     text = (root / "vibe.yaml").read_text()
-    (root / "vibe.yaml").write_text(text.replace("max_tokens: 24", "max_tokens: 6"))  # 16 calls a game: keep them short
+    (root / "vibe.yaml").write_text(text.replace("max_tokens: 24", "max_tokens: 6"))
+    # the dry run plays the first task: make it the smallest game (3 players, 1 round: 6 calls)
+    lines = (root / "data" / "train.jsonl").read_text().splitlines()
+    first = json.loads(lines[0]) | {"players": 3, "spies": 1, "rounds": 1}
+    (root / "data" / "train.jsonl").write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
     r = check(root)
     assert r.passed, r.render()
     assert r.stats["roles"] == ["civilian", "spy"] and r.stats["groups"] == 2  # 1 task x 2 roles

@@ -47,7 +47,7 @@ def test_schema_problems_name_the_field():
     assert "train_empty" in dataset_codes([], [task(1)])
 
 
-JOB = VibeJob(name="t", gold_min=0.9, anti_gold_max=0.2)
+JOB = VibeJob(name="t", gold_min=0.9, anti_gold_max=0.2).probe_limits()
 
 
 def last_number_reward(t, response):
