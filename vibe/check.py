@@ -1,8 +1,8 @@
 """`vibe check DIR`: the validation report of a client folder.
 
 Stages run in order and stop at the first that finds an error, since later ones need earlier ones to
-hold (no dry run of a client that does not import): layout, dataset, static (imports and the contract's
-functions, in a sandboxed subprocess) with the reward probes, the dry run, and one training step. The
+hold (no dry run of a client that does not import): layout, dataset, static (pyflakes: undefined names and
+syntax errors; then imports and the contract's functions, in a sandboxed subprocess) with the reward probes, the dry run, and one training step. The
 report goes to DIR/.vibe/check.json (and check.txt), tagged with a hash of the sources so `vibe train`
 knows whether it still describes the folder.
 """
@@ -18,6 +18,7 @@ from vibe.exceptions import LayoutError
 from vibe.flags import Flag, Report, Severity, Stage
 from vibe.layout import CONFIG_FILE, DATA_FILES, ClientDir
 from vibe.sandbox import run_sandboxed
+from vibe.static import static_check
 
 __all__ = ["REPORT_FILE", "check", "load_report", "source_hash"]
 
@@ -69,6 +70,9 @@ def _run(cd: ClientDir, report: Report, dry_run: bool) -> None:
         return
 
     report.stages_run += [Stage.STATIC, Stage.PROBES]
+    static_check(cd.root, report)
+    if report.errors:
+        return
     res = run_sandboxed("vibe._probe", [str(cd.root), "--limits", job.probe_limits().model_dump_json()], cwd=cd.root, result_file=cd.state_dir / "probe.json",
                         timeout_s=job.check.timeout_s, memory_mb=job.check.memory_mb)
     if res.result is None:

@@ -30,6 +30,27 @@ def test_missing_files_and_a_client_that_fails_to_import(qa_client):
     assert json.loads((qa_client / ".vibe" / "check.json").read_text())["flags"][0]["code"] == "import_failed"
 
 
+def test_an_undefined_name_in_a_function_body_is_caught_statically(qa_client):
+    # an import alone would not reveal it: the name is only looked up when run() runs
+    text = (qa_client / "client.py").read_text().replace("return score(", "return scroe(")
+    (qa_client / "client.py").write_text(text)
+    r = check(qa_client)
+    assert r.codes(Severity.ERROR) == {"static_error"}
+    assert "client.py:11: undefined name 'scroe'" == r.errors[0].message
+    assert "dry_run" not in r.stages_run  # stopped before any server started
+
+
+@pytest.mark.parametrize("family", ["qa", "tool_use", "game"])
+def test_every_template_passes_the_static_stage(tmp_path, family):
+    from vibe.flags import Report
+    from vibe.static import static_check
+    from vibe.templates import TEMPLATES_DIR
+
+    r = Report(client=family)
+    static_check(TEMPLATES_DIR / family, r)
+    assert r.flags == []
+
+
 def test_a_contract_function_with_the_wrong_signature_is_named(qa_client):
     (qa_client / "reward.py").write_text("def score(response):\n    return {'c': 1.0}\n")
     r = check(qa_client, dry_run=False)
