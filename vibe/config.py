@@ -50,6 +50,11 @@ class VibeJob(BaseModel):
     flat_steps: int = Field(
         3, ge=1, description="`vibe train` flags training whose every group had equal rewards this many steps running."
     )
+    second_server_roles: list[str] = Field(
+        default_factory=list,
+        description="Roles (client.py ROLES) whose episodes go to a second server with the same swarm config: "
+        "adversarial training, each side its own model. Empty: every role shares the first server's model.",
+    )
     check: CheckConfig = CheckConfig()
 
     @model_validator(mode="after")

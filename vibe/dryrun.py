@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import shutil
+from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
@@ -19,6 +20,7 @@ from engine.config import SwarmConfig
 from engine.errors import SwarmError
 from engine.jobs import ServerProcess
 from vibe.config import VibeJob
+from vibe.episode import split_roles
 from vibe.flags import Report, Severity, Stage
 from vibe.layout import ClientDir
 from vibe.private import write_private
@@ -66,58 +68,74 @@ def weights_changed(seed: int, checkpoint: Path) -> float:
 
 
 def dry_run(cd: ClientDir, job: VibeJob, report: Report) -> None:
-    """Add DRY_RUN and TRAIN_STEP flags (and reward statistics) to `report`."""
-    from engine.training.checkpoint import latest_checkpoint
-
-    run_dir = cd.state_dir / "check-run"
-    shutil.rmtree(run_dir, ignore_errors=True)
-    run_dir.mkdir(parents=True)
+    """Add DRY_RUN and TRAIN_STEP flags (and reward statistics) to `report`. A client with
+    `second_server_roles` gets a second debug server for those roles (adversarial training)."""
+    roles = report.stats.get("roles", [])
     try:
-        server = ServerProcess(run_dir, log_path=run_dir / "server.log")
-    except (RuntimeError, TimeoutError) as e:
-        report.add(Stage.DRY_RUN, "server_failed", Severity.ERROR, f"the debug server did not start: {e}")
+        sides = split_roles(roles, job.second_server_roles)
+    except ValueError as e:
+        report.add(Stage.DRY_RUN, "unknown_role", Severity.ERROR, str(e))
         return
+    root_dir = cd.state_dir / "check-run"
+    shutil.rmtree(root_dir, ignore_errors=True)
+    servers: list[ServerProcess] = []
     try:
-        token_file = run_dir / "admin_token"
-        write_private(token_file, server.token)
-        cfg = check_config(job, run_dir, max(1, len(report.stats.get("roles", []))))
-        with server.client("vibe-check-admin") as admin:
-            try:
-                admin.configure(cfg)
-                admin.start(wait=True, timeout=job.check.timeout_s)
-            except (SwarmError, TimeoutError, httpx.HTTPError) as e:
-                report.add(Stage.DRY_RUN, "server_failed", Severity.ERROR,
-                           f"the debug server did not reach ROLLING: {e}; log: {run_dir / 'server.log'}")
-                return
-            res = run_sandboxed(
-                "vibe._episodes", [str(cd.root), "--url", server.url, "--token-file", str(token_file)],
-                cwd=cd.root, result_file=run_dir / "episodes.json",
-                timeout_s=job.check.timeout_s, memory_mb=job.check.memory_mb,
-            )
+        with ExitStack() as stack:
+            admins = []
+            for i, side in enumerate(sides):
+                run_dir = root_dir if i == 0 else root_dir / f"server-{i + 1}"
+                run_dir.mkdir(parents=True)
+                try:
+                    servers.append(ServerProcess(run_dir, log_path=run_dir / "server.log"))
+                    write_private(run_dir / "admin_token", servers[-1].token)
+                    admin = stack.enter_context(servers[-1].client("vibe-check-admin"))
+                    admin.configure(check_config(job, run_dir, max(1, len(side))))
+                    admin.start(wait=True, timeout=job.check.timeout_s)
+                except (RuntimeError, SwarmError, TimeoutError, httpx.HTTPError) as e:
+                    report.add(Stage.DRY_RUN, "server_failed", Severity.ERROR,
+                               f"debug server {i + 1} did not reach ROLLING: {e}; log: {run_dir / 'server.log'}")
+                    return
+                admins.append((admin, run_dir))
+            args = [str(cd.root)]
+            for i, (_, run_dir) in enumerate(admins):
+                args += [f"--url-{i + 1}", servers[i].url, f"--token-file-{i + 1}", str(run_dir / "admin_token")]
+            res = run_sandboxed("vibe._episodes", args, cwd=cd.root, result_file=root_dir / "episodes.json",
+                                timeout_s=job.check.timeout_s, memory_mb=job.check.memory_mb)
             if not _episode_flags(res, job, report):
                 return
             report.stages_run.append(Stage.TRAIN_STEP)
-            try:
-                st = admin.wait_for_step(1, timeout=job.check.timeout_s)
-            except TimeoutError:
-                report.add(Stage.TRAIN_STEP, "no_training_step", Severity.ERROR,
-                           f"all {len(res.result['episodes'])} episodes ended but the server took no training step "
-                           f"within {job.check.timeout_s}s; server log tail in {run_dir / 'server.log'}")
-                return
-            report.stats["train_step"] = st.get("last_metrics") or {}
-        ckpt = latest_checkpoint(run_dir)
-        if ckpt is None:
-            report.add(Stage.TRAIN_STEP, "no_checkpoint", Severity.ERROR, "the training step wrote no checkpoint")
-            return
-        delta = weights_changed(cfg.model.seed, ckpt)
-        report.stats["max_weight_change"] = delta
-        if delta == 0.0:
-            report.add(Stage.TRAIN_STEP, "weights_unchanged", Severity.ERROR,
-                       "the training step left every weight unchanged: the episodes' recorded tokens carried no "
-                       f"gradient (do the LLM calls go through the episode's client?); server log: {run_dir / 'server.log'}")
+            for i, (admin, run_dir) in enumerate(admins):
+                _check_step(admin, run_dir, job, report, server=i + 1, episodes=len(res.result["episodes"]))
     finally:
-        server.stop()
-        shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+        for server in servers:
+            server.stop()
+        for ckpts in root_dir.rglob("checkpoints"):
+            shutil.rmtree(ckpts, ignore_errors=True)
+
+
+def _check_step(admin, run_dir: Path, job: VibeJob, report: Report, *, server: int, episodes: int) -> None:
+    """Wait for the debug server's training step and check that it changed the weights."""
+    from engine.training.checkpoint import latest_checkpoint
+
+    suffix = "" if server == 1 else f"_{server}"
+    try:
+        st = admin.wait_for_step(1, timeout=job.check.timeout_s)
+    except TimeoutError:
+        report.add(Stage.TRAIN_STEP, "no_training_step", Severity.ERROR,
+                   f"all {episodes} episodes ended but debug server {server} took no training step within "
+                   f"{job.check.timeout_s}s; server log: {run_dir / 'server.log'}")
+        return
+    report.stats["train_step" + suffix] = st.get("last_metrics") or {}
+    ckpt = latest_checkpoint(run_dir)
+    if ckpt is None:
+        report.add(Stage.TRAIN_STEP, "no_checkpoint", Severity.ERROR, f"debug server {server}'s step wrote no checkpoint")
+        return
+    delta = weights_changed(st["config"]["model"]["seed"], ckpt)
+    report.stats["max_weight_change" + suffix] = delta
+    if delta == 0.0:
+        report.add(Stage.TRAIN_STEP, "weights_unchanged", Severity.ERROR,
+                   f"debug server {server}'s training step left every weight unchanged: the episodes' recorded tokens "
+                   f"carried no gradient (do the LLM calls go through the episode's client?); log: {run_dir / 'server.log'}")
 
 
 def _episode_flags(res, job: VibeJob, report: Report) -> bool:

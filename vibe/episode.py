@@ -10,15 +10,33 @@ each role forms its own groups) and commit or abort together.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from engine.client import EpisodeGroup, SwarmClient
 from vibe.probes import total
 
-__all__ = ["play_task"]
+__all__ = ["play_task", "split_roles"]
 
 Record = dict[str, Any]  # {"task_id": ..., "components": {name: value}, "accepted": bool}
+
+
+def split_roles(roles: Sequence[str], second: Sequence[str]) -> list[list[str]]:
+    """The roles of each server: [roles on server 1] or [roles on 1, roles on 2] when `second` names some.
+
+    Raises ValueError naming the fix for a second-server role the client does not declare, or when no
+    role would be left on server 1.
+    """
+    unknown = [r for r in second if r not in roles]
+    if unknown:
+        raise ValueError(f"second_server_roles {unknown} are not in client.py's ROLES {list(roles)}; "
+                         "declare them in ROLES or remove them from vibe.yaml")
+    if not second:
+        return [list(roles)]
+    first = [r for r in roles if r not in second]
+    if not first:
+        raise ValueError("second_server_roles takes every role; leave at least one on the first server")
+    return [first, [r for r in roles if r in second]]
 
 
 def _finite(reward: float, comps: Any) -> float:
@@ -28,15 +46,19 @@ def _finite(reward: float, comps: Any) -> float:
 
 
 def play_task(client: SwarmClient, run: Callable, roles: Sequence[str], task_id: str, task: dict[str, Any],
-              sampling: dict[str, Any]) -> list[Record]:
-    """Play `task` once (one episode, or one per role) and end the episode(s) with the reward(s)."""
+              sampling: dict[str, Any], role_clients: Mapping[str, SwarmClient] | None = None) -> list[Record]:
+    """Play `task` once (one episode, or one per role) and end the episode(s) with the reward(s).
+
+    `role_clients` sends some roles' episodes to another server (adversarial training); the rest go to
+    `client`."""
     if not roles:
         with client.episode(task_id) as ep:
             comps = run(ep.openai(max_retries=0), ep.model, task, dict(sampling))
             reward = _finite(total(comps), comps)
             accepted = ep.end(reward).accepted
         return [{"task_id": task_id, "components": {k: float(v) for k, v in comps.items()}, "accepted": accepted}]
-    with EpisodeGroup({r: client for r in roles}, {r: f"{task_id}:{r}" for r in roles}) as group:
+    clients = {r: (role_clients or {}).get(r, client) for r in roles}
+    with EpisodeGroup(clients, {r: f"{task_id}:{r}" for r in roles}) as group:
         llms = {r: group[r].openai(max_retries=0) for r in roles}
         out = run(llms, group[roles[0]].model, task, dict(sampling))
         if not isinstance(out, dict) or set(out) != set(roles):

@@ -1,8 +1,8 @@
 """`vibe train DIR`, `vibe status DIR`, `vibe attach DIR`: training a checked client in tmux.
 
 The run lives in DIR/.vibe/train/. One tmux session per client on vibe's own socket (`tmux -L vibe`),
-with two windows: `client` runs vibe.trainer (which owns the swarm server subprocess) and `server`
-follows the server's log. A finished run's session stays open for viewing until the next `vibe train`. Dead panes stay visible (the A3R tmux config: remain-on-exit). tmux is the
+with windows: `client` runs vibe.trainer (which owns the swarm server subprocesses), `server` follows the
+server's log and, for a client with `second_server_roles` (adversarial training), `server-2` the second's. A finished run's session stays open for viewing until the next `vibe train`. Dead panes stay visible (the A3R tmux config: remain-on-exit). tmux is the
 container and the viewer; the truth is in the run's files (rewards.jsonl, status.json).
 """
 
@@ -89,7 +89,6 @@ def launch(path: str | Path, *, steps: int, recheck: bool = False, echo: Callabl
             raise VibeError(f"{name} is already training; follow it with `vibe status {path}` or `vibe attach {path}`")
         server.kill_session(name)  # a finished run's session, kept open for viewing; this folder's own
     rdir.mkdir(parents=True, exist_ok=True)
-    (rdir / "server.log").touch()
     py = shlex.quote(sys.executable)
     client_cmd = (f"{py} -m vibe.trainer {shlex.quote(str(cd.root))} --run-dir {shlex.quote(str(rdir))} "
                   f"--steps {int(steps)} 2>&1 | tee -a {shlex.quote(str(rdir / 'client.log'))}; exit ${{PIPESTATUS[0]}}")
@@ -98,8 +97,11 @@ def launch(path: str | Path, *, steps: int, recheck: bool = False, echo: Callabl
         session = server.new_session(session_name=name, attach=False, start_directory=str(cd.root),
                                      window_name="client", window_command=f"bash -c {shlex.quote(client_cmd)}",
                                      environment=env, x=200, y=50)
-        session.new_window(window_name="server", attach=False, start_directory=str(rdir),
-                           window_shell=f"tail -n +1 -F {shlex.quote(str(rdir / 'server.log'))}", environment=env)
+        logs = ["server"] + (["server-2"] if VibeJob.load(cd.path(CONFIG_FILE)).second_server_roles else [])
+        for log in logs:  # as the reference workflow: server, second server, client
+            (rdir / f"{log}.log").touch()
+            session.new_window(window_name=log, attach=False, start_directory=str(rdir),
+                               window_shell=f"tail -n +1 -F {shlex.quote(str(rdir / f'{log}.log'))}", environment=env)
     except LibTmuxException as e:
         if _alive(server, name):
             server.kill_session(name)

@@ -1,7 +1,8 @@
 """The client process of `vibe train` (it runs in the tmux session's `client` window).
 
 It starts the swarm server as its own subprocess (engine.jobs.ServerProcess: loopback, fresh admin token,
-exits with this process, log in RUN/server.log, which the `server` window follows), configures it from
+exits with this process, log in RUN/server.log, which the `server` window follows) and, for a client
+with `second_server_roles`, a second one (RUN/server-2.log, window `server-2`), configures them from
 vibe.yaml, and plays B tasks x N episodes per step until `--steps` training steps are done. After every
 step it appends the rewards to RUN/rewards.jsonl and rewrites RUN/status.json; training whose every
 group had equal rewards `flat_steps` steps running is flagged there and on screen at once.
@@ -15,12 +16,13 @@ import math
 import os
 import traceback
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from pathlib import Path
 
 from engine.jobs import ServerProcess
 from vibe.config import VibeJob
 from vibe.dataset import read_jsonl
-from vibe.episode import play_task
+from vibe.episode import play_task, split_roles
 from vibe.exceptions import VibeError
 from vibe.layout import CLIENT_FILE, CONFIG_FILE, TRAIN_FILE
 from vibe.loader import client_roles, contract_function, load_module
@@ -43,21 +45,28 @@ def _read(path: Path) -> str:
 RETRIES = 2  # a play that raises (a dropped connection, a flaky tool) is aborted and played again
 
 
-def _play_retrying(client, run, roles, item, sampling) -> tuple[list[dict], str | None]:
+def _play_retrying(client, run, roles, item, sampling, second) -> tuple[list[dict], str | None]:
     """(records, None), or ([], the last error) when every attempt failed."""
     task_id, task = item
     last = None
     for _ in range(RETRIES + 1):
         try:
-            return play_task(client, run, roles, task_id, task, sampling), None
+            return play_task(client, run, roles, task_id, task, sampling, second), None
         except Exception as e:  # noqa: BLE001 - client code may fail in any way; reported, run goes on
             last = f"{task_id}: {type(e).__name__}: {e}"
     return [], last
 
 
+def _server_config(job: VibeJob, run_dir: Path, steps: int, groups_per_task: int):
+    """The job's swarm config for one server: B tasks x (its roles) groups per step, to `steps`."""
+    pool = job.swarm.pool.model_copy(update={"batch_size": job.swarm.pool.batch_size * groups_per_task})
+    return job.swarm.model_copy(update={
+        "run_dir": str(run_dir), "pool": pool, "training": job.swarm.training.model_copy(update={"max_steps": steps})})
+
+
 def train(root: Path, run_dir: Path, steps: int) -> None:
     flags: list[dict] = []
-    server = None
+    servers: list[ServerProcess] = []
     try:
         job = VibeJob.load(root / CONFIG_FILE)
         module = load_module(root, CLIENT_FILE)
@@ -65,32 +74,40 @@ def train(root: Path, run_dir: Path, steps: int) -> None:
         tasks = read_jsonl(root / TRAIN_FILE)[0]
         B, N = job.swarm.pool.batch_size, job.swarm.pool.group_size
         roles = client_roles(module)
-        # each role of a task is its own group, so the server's batch is B x roles groups
-        pool_cfg = job.swarm.pool.model_copy(update={"batch_size": B * max(1, len(roles))})
-        cfg = job.swarm.model_copy(update={
-            "run_dir": str(run_dir), "pool": pool_cfg,
-            "training": job.swarm.training.model_copy(update={"max_steps": steps})})
-        server = ServerProcess(run_dir, log_path=run_dir / "server.log")
-        write_private(run_dir / "admin_token", server.token)  # for `swarm top` while it runs
-        (run_dir / "server_url").write_text(server.url + "\n")
-        with server.client("vibe-train") as client, ThreadPoolExecutor(job.concurrency) as pool:
-            client.configure(cfg)
-            step = client.start(wait=True)["global_step"]
-            print(f"[vibe] server ROLLING at step {step}: {cfg.model.name}, {B} tasks x {N} plays per step"
-                  + (f", roles {', '.join(roles)}" if roles else ""), flush=True)
+        # roles per server: each role of a task is its own group there
+        sides = split_roles(roles, job.second_server_roles) if roles else [[]]
+        with ExitStack() as stack:
+            clients = []
+            for i, side in enumerate(sides):
+                tag = "" if i == 0 else f"-{i + 1}"  # server 2's files: server-2.log, admin_token-2, ...
+                sdir = run_dir if i == 0 else run_dir / f"server{tag}"
+                sdir.mkdir(exist_ok=True)
+                servers.append(ServerProcess(sdir, log_path=run_dir / f"server{tag}.log"))
+                write_private(run_dir / f"admin_token{tag}", servers[-1].token)  # for `swarm top` while it runs
+                (run_dir / f"server_url{tag}").write_text(servers[-1].url + "\n")
+                client = stack.enter_context(servers[-1].client("vibe-train"))
+                client.configure(_server_config(job, sdir, steps, max(1, len(side))))
+                clients.append(client)
+            step = min(c.start(wait=True)["global_step"] for c in clients)
+            second = {r: clients[1] for r in sides[1]} if len(sides) > 1 else {}
+            pool = stack.enter_context(ThreadPoolExecutor(job.concurrency))
+            print(f"[vibe] {len(clients)} server(s) ROLLING at step {step}: {job.swarm.model.name}, {B} tasks x {N} "
+                  "plays per step" + "".join(f"; server {i + 1}: {', '.join(side)}" for i, side in enumerate(sides) if side),
+                  flush=True)
             _write_status(run_dir, state="running", step=step, steps=steps, flags=flags)
             while step < steps:
                 batch = [tasks[(step * B + k) % len(tasks)] for k in range(B)]
                 # a task is (step, position): a task drawn twice is two groups of N, never one of 2N
                 items = [(f"s{step}:{k}:{t['id']}", t) for k, t in enumerate(batch) for _ in range(N)]
-                outs = list(pool.map(lambda item: _play_retrying(client, run, roles, item, job.sampling), items))
+                outs = list(pool.map(
+                    lambda item: _play_retrying(clients[0], run, roles, item, job.sampling, second), items))
                 episodes = [r for records, _ in outs for r in records]
                 failures = [err for _, err in outs if err]
                 if failures:
-                    # the groups of those tasks can never fill, so the server would wait for them forever
+                    # the groups of those tasks can never fill, so the servers would wait for them forever
                     raise VibeError(f"{len(failures)} play(s) failed {RETRIES + 1} times at step {step + 1}; "
                                     f"first: {failures[0]}")
-                step = client.wait_for_step(step + 1, timeout=3600)["global_step"]
+                step = min(c.wait_for_step(step + 1, timeout=3600)["global_step"] for c in clients)
                 totals = [math.fsum(e["components"].values()) for e in episodes]
                 spreads = group_spreads(episodes)
                 mean, std = mean_std(totals)
@@ -119,7 +136,7 @@ def train(root: Path, run_dir: Path, steps: int) -> None:
               f"[vibe] traceback in {run_dir / 'client.traceback'}", flush=True)
         raise SystemExit(1) from None
     finally:
-        if server is not None:
+        for server in servers:
             server.stop()
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from vibe.data import write_data
@@ -16,3 +18,21 @@ def qa_client(tmp_path):
     copy_template(Family.QA, root)
     write_data(ClientDir.open(root))
     return root
+
+
+@pytest.fixture
+def spy_client():
+    """Factory: spy_client(root, adversarial) -> the game template at `root`, its games made the smallest
+    (3 players, 1 round: 6 short calls), the spies on a second server when `adversarial`."""
+
+    def make(root, adversarial: bool):
+        copy_template(Family.GAME, root)
+        write_data(ClientDir.open(root))
+        text = (root / "vibe.yaml").read_text().replace("max_tokens: 24", "max_tokens: 6")
+        (root / "vibe.yaml").write_text(text + ("second_server_roles: [spy]\n" if adversarial else ""))
+        lines = (root / "data" / "train.jsonl").read_text().splitlines()
+        small = [json.dumps(json.loads(line) | {"players": 3, "spies": 1, "rounds": 1}) for line in lines]
+        (root / "data" / "train.jsonl").write_text("\n".join(small) + "\n")
+        return root
+
+    return make

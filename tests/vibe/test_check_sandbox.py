@@ -97,24 +97,17 @@ def test_new_without_a_matching_template_says_an_endpoint_is_needed(tmp_path, ca
 
 
 @pytest.mark.slow
-def test_the_spy_template_checks_with_one_episode_group_per_role(tmp_path):
-    from vibe.data import write_data
-    from vibe.layout import ClientDir
-    from vibe.templates import Family, copy_template
-
-    root = tmp_path / "spy"
-    copy_template(Family.GAME, root)
-    write_data(ClientDir.open(root))
-    text = (root / "vibe.yaml").read_text()
-    (root / "vibe.yaml").write_text(text.replace("max_tokens: 24", "max_tokens: 6"))
-    # the dry run plays the first task: make it the smallest game (3 players, 1 round: 6 calls)
-    lines = (root / "data" / "train.jsonl").read_text().splitlines()
-    first = json.loads(lines[0]) | {"players": 3, "spies": 1, "rounds": 1}
-    (root / "data" / "train.jsonl").write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
+def test_the_spy_template_checks_adversarially_with_a_step_on_each_server(tmp_path, spy_client):
+    """Roles as episodes (one group per role) and a second server for the spies: the shared mode differs
+    only in putting both roles on server 1 (vibe.episode.split_roles, unit-tested)."""
+    root = spy_client(tmp_path / "spy", adversarial=True)
     r = check(root)
     assert r.passed, r.render()
     assert r.stats["roles"] == ["civilian", "spy"] and r.stats["groups"] == 2  # 1 task x 2 roles
     assert set(r.stats["components"]) == {"win", "describe", "total"}
     assert r.stats["max_weight_change"] > 0
+    # the spies trained on a second server, which took its own step; server 1 had the civilians' only
+    assert r.stats["max_weight_change_2"] > 0 and r.stats["train_step_2"]["episodes"] == 2.0
+    assert r.stats["train_step"]["episodes"] == 2.0
     # the sides' rewards are complementary in every game: mean win of both groups is 0.4 (0.8 / 2)
     assert r.stats["components"]["win"]["mean"] == pytest.approx(0.4)

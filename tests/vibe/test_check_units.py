@@ -92,6 +92,17 @@ def test_a_reward_that_misses_the_gold_or_leaves_the_range_is_flagged():
     assert probe_codes(lambda t, resp: 1.0)[0] == {"score_raises"}  # not a component dict
 
 
+def test_roles_are_split_between_servers_or_the_mistake_named():
+    from vibe.episode import split_roles
+
+    assert split_roles(["civilian", "spy"], []) == [["civilian", "spy"]]
+    assert split_roles(["civilian", "spy", "judge"], ["spy"]) == [["civilian", "judge"], ["spy"]]
+    with pytest.raises(ValueError, match="not in client.py's ROLES"):
+        split_roles(["civilian"], ["spy"])
+    with pytest.raises(ValueError, match="leave at least one"):
+        split_roles(["spy"], ["spy"])
+
+
 def test_stats_against_hand_computed_values():
     assert mean_std([1.0, 3.0]) == (2.0, 1.0)
     eps = [

@@ -108,3 +108,28 @@ def test_a_training_run_whose_server_cannot_boot_says_why(qa_client, tmp_path, c
     out = capsys.readouterr().out
     assert "[vibe] training stopped" in out and "Traceback" not in out
     assert (rdir / "client.traceback").is_file() and oct((rdir / "admin_token").stat().st_mode)[-3:] == "600"
+
+
+@pytest.mark.slow
+def test_adversarial_training_runs_each_side_on_its_own_server(tmp_path, spy_client, capsys):
+    """The trainer with second_server_roles: two servers, spies' episodes on the second, a step on both."""
+    from vibe.trainer import train
+
+    root = spy_client(tmp_path / "spy", adversarial=True)
+    job = VibeJob.load(root / "vibe.yaml")
+    swarm = job.swarm.model_dump() | {"model": {"name": "tiny"}}
+    swarm["pool"] |= {"batch_size": 1, "group_size": 2}
+    swarm["training"] |= {"mini_batch_size": 2, "micro_batch_size": 2}
+    (root / "vibe.yaml").write_text(VibeJob.model_validate(job.model_dump() | {"swarm": swarm}).to_yaml())
+    rdir = tmp_path / "run"
+    rdir.mkdir()
+    train(root, rdir, steps=1)
+    assert read_status(rdir)["state"] == "done"
+    [rec] = read_rewards(rdir)
+    assert rec["step"] == 1 and rec["episodes"] == 4 and rec["groups"] == 2  # 2 games x 2 roles
+    for log, run in (("server.log", rdir), ("server-2.log", rdir / "server-2")):
+        assert (rdir / log).is_file()
+        metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        assert [m["episodes"] for m in metrics if "episodes" in m] == [2.0]  # each side's own 2 episodes
+    out = capsys.readouterr().out
+    assert "2 server(s) ROLLING" in out and "server 1: civilian; server 2: spy" in out
