@@ -18,8 +18,15 @@ __all__ = ["client_roles", "contract_function", "load_module"]
 def load_module(root: Path, filename: str) -> ModuleType:
     """Import `root/filename` as a module named after the file; the folder goes on sys.path so a
     client's own helper modules import as they would when run from the folder."""
-    if str(root) not in sys.path:
-        sys.path.insert(0, str(root))
+    if str(root) in sys.path:
+        sys.path.remove(str(root))
+    sys.path.insert(0, str(root))  # first, ahead of any other client folder loaded in this process
+    # a client's helper modules (`from reward import score`) are plain top-level names: one cached from
+    # another client folder in this process must not stand in for this folder's own
+    for local in root.glob("*.py"):
+        cached = sys.modules.get(local.stem)
+        if cached is not None and Path(getattr(cached, "__file__", "") or "").resolve() != local.resolve():
+            del sys.modules[local.stem]
     name = "vibe_client_" + Path(filename).stem
     spec = importlib.util.spec_from_file_location(name, root / filename)
     if spec is None or spec.loader is None:

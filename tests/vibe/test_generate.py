@@ -38,8 +38,8 @@ def test_the_repair_loop_fixes_a_bug_then_a_hackable_reward(fake_llm, tmp_path, 
     rounds = sorted((out / ".vibe" / "rounds").iterdir())
     assert [r.name for r in rounds] == ["round-0", "round-1", "round-2"]
     r0, r1, r2 = (json.loads((r / "check.json").read_text()) for r in rounds)
-    assert {f["code"] for f in r0["flags"] if f["severity"] == "error"} == {"import_failed"}
-    assert "cannot import name 'scorer'" in r0["flags"][0]["message"]
+    assert {f["code"] for f in r0["flags"] if f["severity"] == "error"} == {"static_error"}
+    assert "client.py:11: undefined name 'score'" in r0["flags"][0]["message"]  # caught before any import
     assert {"hackable_garbage", "hackable_repeat_prompt"} <= {f["code"] for f in r1["flags"]}
     assert not [f for f in r2["flags"] if f["severity"] == "error"]
     assert "-from reward import scorer\n+from reward import score\n" in (rounds[1] / "diff.patch").read_text()
@@ -52,7 +52,7 @@ def test_the_repair_loop_fixes_a_bug_then_a_hackable_reward(fake_llm, tmp_path, 
     assert "client.py        `run(llm, model, task, sampling)" in system and "name: write-swarm-client" in system
     assert "That answer is invalid" in bodies[1]["messages"][-1]["content"]
     repair_1 = bodies[2]["messages"][-1]["content"]
-    assert "import_failed" in repair_1 and "ImportError" in repair_1 and "from reward import scorer" in repair_1
+    assert "static_error" in repair_1 and "undefined name 'score'" in repair_1 and "from reward import scorer" in repair_1
     assert "hackable_repeat_prompt" in bodies[3]["messages"][-1]["content"]
 
 
