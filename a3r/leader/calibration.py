@@ -70,7 +70,9 @@ class Calibration(BaseModel):
     note: str = ""
 
 
-def reference_arm(goal: Goal, budget: ResearchBudget, base_job: dict[str, Any] | None = None) -> tuple[Any, Any]:
+def reference_arm(
+    goal: Goal, budget: ResearchBudget, base_job: dict[str, Any] | None = None
+) -> tuple[Any, Any]:
     """(x, level) of the reference configuration, fixed by the question and the base job, never by data:
     for minimum/maximum the generous end of the range (the one that should train if any does); otherwise
     the configuration the researcher runs without the study (the base job's value of the variable), or
@@ -216,7 +218,9 @@ def measure(
 
 def grid_run_seconds(goal: Goal, budget: ResearchBudget, cal: Calibration, base_job: dict[str, Any]) -> float:
     """Expected wall seconds per run of the grid: the calibration's measured cost, scaled by the cost
-    model's ratio between a grid arm and the reference (a batch of 2 costs less than one of 8)."""
+    model's ratio between a grid arm and the reference (a batch of 2 costs less than one of 8). Averaged
+    over the arms the grid will run: the reference keeps its pilot seeds, so its (often the highest) cost
+    would make the wall budget hold fewer runs than it does."""
     from a3r.leader.blueprints import train_job
     from a3r.leader.costs import run_seconds
 
@@ -224,9 +228,11 @@ def grid_run_seconds(goal: Goal, budget: ResearchBudget, cal: Calibration, base_
         job = train_job(goal, Arm(x=x, level=level, seeds=[0], why="cost"), cal.steps, base_job)
         return run_seconds(job, cal.steps)
 
-    ref = prior(*reference_arm(goal, budget, base_job))
+    reference = reference_arm(goal, budget, base_job)
+    ref = prior(*reference)
     levels = [None] if goal.secondary is None else grid(goal.secondary, budget.secondary_levels)
-    arms = [prior(x, lv) for x in grid(goal.factor, budget.grid_points) for lv in levels]
+    combos = [(x, lv) for x in grid(goal.factor, budget.grid_points) for lv in levels]
+    arms = [prior(x, lv) for x, lv in combos if (x, lv) != reference] or [ref]
     if not ref or not arms or any(a is None for a in arms):
         return cal.run_s
     return cal.run_s * (sum(arms) / len(arms)) / ref

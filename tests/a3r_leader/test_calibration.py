@@ -27,7 +27,9 @@ BASE = {"eval_size": 64, "swarm": {"model": {"name": "smollm2-135m"}, "training"
 def test_reference_is_fixed_by_the_question_not_the_data():
     b = ResearchBudget(grid_points=3)
     assert reference_arm(parse_goal("smallest batch size that trains arithmetic (2 to 8)"), b) == (8, None)
-    assert reference_arm(parse_goal("largest learning rate that trains arithmetic (1e-6 to 1e-4)"), b)[0] == 1e-6
+    assert (
+        reference_arm(parse_goal("largest learning rate that trains arithmetic (1e-6 to 1e-4)"), b)[0] == 1e-6
+    )
     # compare/best: the base job's own value, or the tested value nearest it on the knob's scale
     lr = parse_goal("compare learning rate 1e-7 with 3e-5 on arithmetic")
     assert reference_arm(lr, b, BASE) == (3e-5, None)
@@ -39,12 +41,16 @@ def test_a_visible_gain_sizes_the_grid_for_power():
     budget = ResearchBudget(grid_points=3, steps=8, max_seeds=8)
     design = calibration_stage(goal, budget)
     assert design.kind == "calibration" and [(a.x, a.seeds) for a in design.arms] == [(8, [0, 1, 2])]
-    cal = measure(goal, budget, design, [(0.25, 0.55), (0.25, 0.61), (0.25, 0.50)], [140, 150, 130], eval_items=64)
+    cal = measure(
+        goal, budget, design, [(0.25, 0.55), (0.25, 0.61), (0.25, 0.50)], [140, 150, 130], eval_items=64
+    )
     assert cal.visible and cal.gain == pytest.approx(0.3033, abs=1e-3) and cal.run_s == pytest.approx(140)
     assert cal.effect == pytest.approx(cal.gain / 2)  # half the reference gain is worth detecting
     assert welch_power(cal.sigma, cal.effect, cal.seeds_per_arm) >= 0.8
     sized, why = size_budget(goal, budget, cal, runs_done=3, wall_spent_s=400)
-    assert sized.seeds == max(3, cal.seeds_per_arm) and sized.steps == 8 and any("80% power" in w for w in why)
+    assert (
+        sized.seeds == max(3, cal.seeds_per_arm) and sized.steps == 8 and any("80% power" in w for w in why)
+    )
     # a wall budget caps the runs at the measured cost per run
     tight = budget.model_copy(update={"total_wall_s": 1000.0})
     capped, why = size_budget(goal, tight, cal, runs_done=3, wall_spent_s=400, per_run_s=100)
@@ -62,10 +68,22 @@ def test_a_gain_that_is_not_visible_gets_advice_not_a_grid():
 
 
 def test_the_grid_keeps_the_pilot_seeds():
-    cal = StageDesign(index=1, kind="calibration", purpose="p", hypothesis="h", steps=8,
-                      arms=[Arm(x=8, seeds=[0, 1, 2], why="pilot")])
-    grid = StageDesign(index=2, kind="grid", purpose="p", hypothesis="h", steps=8,
-                       arms=[Arm(x=x, seeds=[0, 1, 2], why="g") for x in (2, 4, 8)])
+    cal = StageDesign(
+        index=1,
+        kind="calibration",
+        purpose="p",
+        hypothesis="h",
+        steps=8,
+        arms=[Arm(x=8, seeds=[0, 1, 2], why="pilot")],
+    )
+    grid = StageDesign(
+        index=2,
+        kind="grid",
+        purpose="p",
+        hypothesis="h",
+        steps=8,
+        arms=[Arm(x=x, seeds=[0, 1, 2], why="g") for x in (2, 4, 8)],
+    )
     pooled = pool_seeds(grid, [cal])
     assert [(a.x, a.seeds) for a in pooled.arms] == [(2, [0, 1, 2]), (4, [0, 1, 2])]
     assert pool_seeds(grid, [cal.model_copy(update={"steps": 4})]) is grid  # other steps: nothing pooled
@@ -77,9 +95,17 @@ def test_cost_model_scales_the_measured_cost_per_arm():
     job = {**BASE, "swarm": {**BASE["swarm"], "pool": {"batch_size": 8, "group_size": 8}}}
     base = {**BASE, "swarm": {**BASE["swarm"], "pool": {"group_size": 8}}}
     ref = run_seconds(job, 8)
-    cal = measure(goal, budget, calibration_stage(goal, budget), [(0.2, 0.5)] * 3, [ref * 0.8] * 3, eval_items=64)
+    cal = measure(
+        goal, budget, calibration_stage(goal, budget), [(0.2, 0.5)] * 3, [ref * 0.8] * 3, eval_items=64
+    )
     per_run = grid_run_seconds(goal, budget, cal, base)
-    assert per_run < cal.run_s  # batch sizes 2 and 4 cost less than the reference's 8
+    # the grid runs batch sizes 2 and 4 only (8 keeps its pilot seeds): their mean cost, relative to 8's
+    small = [
+        run_seconds({**job, "swarm": {**job["swarm"], "pool": {"batch_size": b, "group_size": 8}}}, 8)
+        for b in (2, 4)
+    ]
+    assert per_run == pytest.approx(cal.run_s * (small[0] + small[1]) / 2 / ref)
+    assert per_run < cal.run_s
     assert run_seconds({"swarm": {"model": {"name": "some/hf-dir"}}}, 8) is None
 
 
@@ -92,7 +118,10 @@ def test_plan_prints_the_question_stages_and_eta_without_running(capsys, tmp_pat
     plan = json.loads(capsys.readouterr().out)
     q = plan["question"]
     assert (q["variable"], q["values"], q["task"], q["model"]) == (
-        "swarm.training.lr", [1e-6, 1e-5, 1e-4], "arithmetic", "smollm2-135m"
+        "swarm.training.lr",
+        [1e-6, 1e-5, 1e-4],
+        "arithmetic",
+        "smollm2-135m",
     )
     assert q["score"] == "auc eval_accuracy"  # "fastest" is speed of learning
     kinds = [s["kind"] for s in plan["stages"]]
