@@ -2,9 +2,11 @@
 workers, calibrated, compared on held-out accuracy, and a winner named only because it trains.
 
 The question has a known answer that the statistics must still earn: a learning rate of 1e-7 cannot move
-SmolLM2 in 8 steps; 1e-5 at batch size 2 lifted held-out arithmetic accuracy by 0.05 to 0.22 over five
-seeds, 0.17 to 0.22 on seeds 0-2 (docs/benchmarks/demo_sweep.md). About 5 minutes on a 2-core CPU: 3
-calibration runs of the reference (1e-5, the base job's own rate) and 3 runs of 1e-7, one slot.
+SmolLM2 in 8 steps; 1e-5 at the demo's batch size 8 lifted held-out arithmetic accuracy by 0.28 to 0.33 on
+each of five seeds (docs/benchmarks/demo_sweep.md). At batch size 2 (gains 0.05 to 0.22) a 3-seed pilot
+on 32 held-out items did not show training in one try, so the leader re-piloted: too noisy for a test.
+Six runs of about 3 minutes on a quiet 2-core CPU: 3 calibration runs of the reference (1e-5, the base
+job's own rate) and 3 runs of 1e-7, one slot.
 """
 
 from __future__ import annotations
@@ -20,11 +22,10 @@ from a3r.leader import LeaderConfig, OfflinePolicy, ResearchBudget, run_campaign
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1200)
+@pytest.mark.timeout(2700)
 @pytest.mark.skipif(
     os.environ.get("A3R_E2E_SMOLLM2") != "1",
-    reason="set A3R_E2E_SMOLLM2=1 to run it: six SmolLM2 runs take about 6 minutes on a quiet 2-core "
-    "machine, more than this suite's budget allows",
+    reason="set A3R_E2E_SMOLLM2=1 to run it: six SmolLM2 runs at batch size 8 outgrow this suite's budget",
 )
 def test_a_smollm2_campaign_names_the_learning_rate_that_trains(tmp_path):
     ws = Workspace.create(
@@ -36,22 +37,22 @@ def test_a_smollm2_campaign_names_the_learning_rate_that_trains(tmp_path):
         goal="Is learning rate 1e-5 better than 1e-7 for arithmetic?",
         budget=ResearchBudget(max_stages=1, min_stages=1, max_runs=6, steps=8, pilot_seeds=3, seeds=3),
         base_job={
-            "eval_size": 32,
-            "concurrency": 16,
+            "eval_size": 64,
+            "concurrency": 64,
             "max_tokens": 12,
             "temperature": 0.8,
             "keep_final_checkpoint": False,
             "swarm": {
                 "model": {"name": "smollm2-135m"},
-                "pool": {"batch_size": 2, "group_size": 8},
-                "training": {"lr": 1e-5, "checkpoint_every": 0},
+                "pool": {"batch_size": 8, "group_size": 8},
+                "training": {"lr": 1e-5, "mini_batch_size": 64, "checkpoint_every": 0},
             },
         },
         reports_dir=str(tmp_path / "reports"),
         poll_s=0.5,
     )
     try:
-        state = run_campaign(ws, OfflinePolicy(), config, timeout_s=1100)
+        state = run_campaign(ws, OfflinePolicy(), config, timeout_s=2600)
     finally:
         ws.stop_monitor()
         ws.shutdown()
