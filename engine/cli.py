@@ -74,6 +74,8 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
+    import httpx
+
     from engine.jobs import TrainJob, train
 
     data = TrainJob.from_yaml(args.config).model_dump() if args.config else TrainJob().model_dump()
@@ -85,7 +87,18 @@ def _cmd_train(args: argparse.Namespace) -> int:
     training["max_steps"] = args.steps or training["max_steps"] or 10
     job = TrainJob.model_validate(data)
     run_dir = Path(args.run_dir or os.environ.get("A3R_RUN_DIR") or f"runs/{job.task}-{int(time.time())}")
-    summary = train(job, run_dir)
+    try:
+        summary = train(job, run_dir)
+    except httpx.TransportError as e:
+        # The job's own server died (killed, out of memory) or stopped answering: say so and how to
+        # resume, instead of a traceback from deep inside the client.
+        print(
+            f"swarm train: lost the connection to the training server ({type(e).__name__}: {e}); it exited or "
+            f"was killed (its log: {run_dir / 'server.log'}). Rerun the same command with --run-dir {run_dir} "
+            "to resume from the last checkpoint.",
+            file=sys.stderr,
+        )
+        return 1
     print(json.dumps({k: v for k, v in summary.items() if k != "final_status"}, indent=2))
     return 0
 

@@ -77,29 +77,49 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    """A `swarm serve` subprocess on loopback with a fresh admin token."""
+    """A `swarm serve` subprocess on loopback with a fresh admin token.
 
-    def __init__(self, run_dir: Path | None, log_path: Path | None = None, port: int | None = None) -> None:
+    The constructor returns once the server answers /health; if it does not within `health_timeout_s`
+    (or exits first), the process is stopped before the error is raised, so a failed start leaves no
+    server behind.
+    """
+
+    def __init__(
+        self,
+        run_dir: Path | None,
+        log_path: Path | None = None,
+        port: int | None = None,
+        health_timeout_s: float = 60.0,
+    ) -> None:
         self.port = port or free_port()
         self.token = "sk-admin-" + secrets.token_urlsafe(24)
         self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
         cmd = [sys.executable, "-m", "engine.cli", "serve", "--port", str(self.port)]
         if run_dir is not None:
             cmd += ["--run-dir", str(run_dir)]
         # The server exits when this process does, even on SIGKILL (see engine.server.serve.exit_with_parent).
         env = {**os.environ, "SWARM_ADMIN_TOKEN": self.token, "SWARM_EXIT_WITH_PARENT": str(os.getpid())}
-        out = open(log_path, "ab") if log_path else subprocess.DEVNULL
-        self.proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
-        self._wait_healthy()
+        if log_path is None:
+            self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        else:
+            with open(log_path, "ab") as out:  # the child keeps its own copy of the descriptor
+                self.proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            self._wait_healthy(health_timeout_s)
+        except BaseException:  # also Ctrl-C while waiting: never leave the server running
+            self.stop()
+            raise
 
-    def _wait_healthy(self, timeout: float = 60.0) -> None:
+    def _wait_healthy(self, timeout: float) -> None:
         import httpx
 
+        see_log = f"; see {self.log_path}" if self.log_path else ""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(
-                    f"swarm server exited with code {self.proc.returncode} before becoming healthy"
+                    f"swarm server exited with code {self.proc.returncode} before becoming healthy{see_log}"
                 )
             try:
                 if httpx.get(self.url + "/health", timeout=1.0).status_code == 200:
@@ -107,12 +127,13 @@ class ServerProcess:
             except httpx.HTTPError:
                 pass
             time.sleep(0.1)
-        raise TimeoutError("swarm server did not become healthy in time")
+        raise TimeoutError(f"swarm server did not answer /health within {timeout:g} s{see_log}")
 
     def client(self, client_id: str = "trainer") -> SwarmClient:
         return SwarmClient(self.url, admin_token=self.token, client_id=client_id)
 
     def stop(self) -> None:
+        """Terminate the server (SIGTERM, then SIGKILL after 10 s) and reap it."""
         if self.proc.poll() is None:
             self.proc.terminate()
             try:

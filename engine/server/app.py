@@ -1,7 +1,8 @@
 """HTTP surface of a swarm server (FastAPI). Maps domain errors to status codes; holds no state itself.
 
 Auth: the control plane and episode begin need `Authorization: Bearer <admin token>`; inference and
-episode end/abort need the episode's own key. Every 4xx carries `{"error": {"message", "type"}}`.
+episode end/abort need the episode's own key. Every 4xx carries OpenAI's error shape,
+`{"error": {"message", "type", "code"}}`, so OpenAI SDKs raise their matching exception classes.
 """
 
 from __future__ import annotations
@@ -20,7 +21,14 @@ from pydantic import ValidationError
 
 from engine.backends.base import SamplingParams
 from engine.config import SwarmConfig
-from engine.errors import BadRequest, ConfigError, EpisodeNotFound, EpisodeRejected, IllegalTransition
+from engine.errors import (
+    AuthenticationFailed,
+    BadRequest,
+    ConfigError,
+    EpisodeNotFound,
+    EpisodeRejected,
+    IllegalTransition,
+)
 from engine.server.core import SwarmServer
 from engine.server.episodes import EpisodeEnd, LiveEpisode
 from engine.server.schemas import (
@@ -34,18 +42,27 @@ from engine.server.schemas import (
 )
 
 
-def _error(status: int, message: str, kind: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": kind}}, status_code=status, headers=headers)
+def _error_body(message: str, kind: str, code: str | None = None) -> dict:
+    return {"error": {"message": message, "type": kind, "code": code}}
+
+
+def _error(
+    status: int, message: str, kind: str, code: str | None = None, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    return JSONResponse(_error_body(message, kind, code), status_code=status, headers=headers)
 
 
 def _bearer(authorization: str | None) -> str:
     if not authorization or not authorization.lower().startswith("bearer "):
-        raise PermissionError("missing 'Authorization: Bearer <key>' header")
+        raise AuthenticationFailed("missing 'Authorization: Bearer <key>' header")
     return authorization[7:].strip()
 
 
 def create_app(server: SwarmServer, admin_token: str, public_url: str | None = None, autostart: bool = False) -> FastAPI:
     """Build the ASGI app around a SwarmServer. `public_url` is what episode base_urls point at."""
+    if not admin_token:
+        # An empty token would make "Authorization: Bearer " an admin credential.
+        raise ConfigError("the admin token is empty; pass a non-empty token")
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -57,17 +74,19 @@ def create_app(server: SwarmServer, admin_token: str, public_url: str | None = N
     app = FastAPI(title="swarm server", version="0.1.0", lifespan=lifespan)
 
     # -- error mapping ----------------------------------------------------------------------------
-    @app.exception_handler(PermissionError)
-    async def _perm(_: Request, e: PermissionError):
-        return _error(401, str(e), "authentication_error")
+    @app.exception_handler(AuthenticationFailed)
+    async def _auth(_: Request, e: AuthenticationFailed):
+        return _error(401, str(e), "authentication_error", "invalid_api_key")
 
     @app.exception_handler(EpisodeNotFound)
     async def _nf(_: Request, e: EpisodeNotFound):
-        return _error(404, e.args[0] if e.args else "episode not found", "episode_not_found")
+        # KeyError's str() quotes its argument; the message is args[0].
+        return _error(404, e.args[0] if e.args else "episode not found", "episode_not_found", "episode_finished")
 
     @app.exception_handler(EpisodeRejected)
     async def _rej(_: Request, e: EpisodeRejected):
-        return _error(503, str(e), "not_ready", {"Retry-After": str(max(1, round(e.retry_after)))})
+        retry = {"Retry-After": str(max(1, round(e.retry_after)))}
+        return _error(503, str(e), "not_ready", headers=retry)
 
     @app.exception_handler(IllegalTransition)
     async def _ill(_: Request, e: IllegalTransition):
@@ -85,7 +104,7 @@ def create_app(server: SwarmServer, admin_token: str, public_url: str | None = N
     # -- auth dependencies ------------------------------------------------------------------------
     def require_admin(authorization: str | None = Header(None)) -> None:
         if not hmac.compare_digest(_bearer(authorization).encode(), admin_token.encode()):
-            raise PermissionError("invalid admin token")
+            raise AuthenticationFailed("invalid admin token")
 
     def episode_from_key(authorization: str | None = Header(None)) -> LiveEpisode:
         return server.episodes.get(_bearer(authorization))
@@ -93,7 +112,8 @@ def create_app(server: SwarmServer, admin_token: str, public_url: str | None = N
     # -- health and models ------------------------------------------------------------------------
     @app.get("/health")
     async def health():
-        return {"ok": True, "state": server.state.value}
+        """Liveness, the lifecycle state and the last boot or training error (None when healthy)."""
+        return {"ok": True, "state": server.state.value, "error": server.error}
 
     @app.get("/v1/models")
     async def models(authorization: str | None = Header(None)):
@@ -247,5 +267,5 @@ async def _sse(server: SwarmServer, ep: LiveEpisode, req: ChatCompletionRequest,
                 if (req.stream_options or {}).get("include_usage"):
                     yield chunk([], _usage(event.n_prompt, sum(len(c.token_ids) for c in event.completions)))
     except (BadRequest, EpisodeRejected, EpisodeNotFound) as e:
-        yield f"data: {json.dumps({'error': {'message': str(e), 'type': type(e).__name__}})}\n\n"
+        yield f"data: {json.dumps(_error_body(str(e), type(e).__name__))}\n\n"
     yield "data: [DONE]\n\n"

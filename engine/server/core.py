@@ -92,29 +92,42 @@ class SwarmServer:
 
     async def _boot(self) -> None:
         cfg = self.config
-        if cfg.run_dir:
-            # The run dir remembers its config, so `swarm serve --run-dir X` after a crash needs no client.
-            Path(cfg.run_dir).mkdir(parents=True, exist_ok=True)
-            (Path(cfg.run_dir) / "swarm_config.yaml").write_text(cfg.to_yaml())
+        # Every step that can fail is inside the try: a failure must reach OFFLINE with the reason in
+        # `error` (shown by /health and /swarm/status), never leave the server BOOTING for good.
         try:
+            pool = await asyncio.to_thread(self._prepare_run_dir, cfg)
             backend = await asyncio.to_thread(self._factory, cfg)
-        except Exception as e:  # noqa: BLE001 - any load failure must land in status, not kill the loop
+        except Exception as e:  # noqa: BLE001 - any boot failure must land in status, not kill the loop
             log.exception("boot failed")
             self.error = f"boot failed: {e}"
-            self.sm.transition(ServerState.OFFLINE)
+            if self.state is ServerState.BOOTING:  # not stopped meanwhile
+                self.sm.transition(ServerState.OFFLINE)
             return
         if self.state is not ServerState.BOOTING:  # stopped while loading
             backend.close()
             return
         self.backend = backend
         self.episodes = EpisodeRegistry(cfg.episodes.idle_timeout_s, cfg.episodes.total_timeout_s)
-        journal = Path(cfg.run_dir) / "pool.journal.jsonl" if cfg.run_dir else None
-        self.pool = SamplePool(journal)
+        self.pool = pool
         self._uncheckpointed = []
         self.sm.transition(ServerState.ROLLING)
         if self._sweeper is None or self._sweeper.done():
             self._sweeper = self._spawn(self._sweep_forever())
         self._maybe_trigger()
+
+    @staticmethod
+    def _prepare_run_dir(cfg: SwarmConfig) -> SamplePool:
+        """Save the config into the run dir and rebuild the pool from its journal (blocking file work).
+
+        Runs before the model loads, so an unwritable run dir or a corrupt journal fails the boot at once.
+        """
+        if not cfg.run_dir:
+            return SamplePool()
+        run_dir = Path(cfg.run_dir)
+        # The run dir remembers its config, so `swarm serve --run-dir X` after a crash needs no client.
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "swarm_config.yaml").write_text(cfg.to_yaml())
+        return SamplePool(run_dir / "pool.journal.jsonl")
 
     async def stop(self) -> None:
         """Abort live episodes and unload; accepted episodes stay in the journal for the next start."""
@@ -316,7 +329,11 @@ class SwarmServer:
             t0 = time.perf_counter()
             metrics = await asyncio.to_thread(backend.train_step, batch)
             self._uncheckpointed.extend(batch)
-            if await asyncio.to_thread(backend.checkpoint):
+            # With checkpoints off (checkpoint_every 0) weights are never durable and a restart begins
+            # from the initial model, so there is nothing to wait for: a trained batch is consumed now.
+            # Otherwise the journal would replay every episode ever accepted, and keep them all.
+            wrote = await asyncio.to_thread(backend.checkpoint)
+            if wrote or self.config.training.checkpoint_every == 0:
                 self.pool.mark_trained(self._uncheckpointed)
                 self._uncheckpointed = []
             metrics = {**metrics, "step_time_s": time.perf_counter() - t0}

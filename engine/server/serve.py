@@ -14,16 +14,27 @@ from pathlib import Path
 import uvicorn
 
 from engine.config import SwarmConfig
+from engine.errors import ConfigError
 from engine.server.app import create_app
 from engine.server.core import SwarmServer
 
 
 def resolve_admin_token(token: str | None, token_file: Path) -> str:
-    """Use the given token, else the one in `token_file`, else mint one and store it there (mode 0600)."""
+    """Use the given token, else the one in `token_file`, else mint one and store it there (mode 0600).
+
+    A token file that holds nothing is a ConfigError: taken as the token "", it would make an empty
+    bearer credential an admin one.
+    """
     if token:
         return token
     if token_file.exists():
-        return token_file.read_text().strip()
+        stored = token_file.read_text().strip()
+        if not stored:
+            raise ConfigError(
+                f"admin token file {token_file} is empty; delete it to have a new token minted, "
+                "or write a token into it"
+            )
+        return stored
     token = "sk-admin-" + secrets.token_urlsafe(32)
     token_file.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
