@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 
@@ -20,6 +21,7 @@ def _children(pid: int) -> list[int]:
     return out
 
 
+@pytest.mark.slow
 def test_a_killed_server_ends_swarm_train_with_a_clear_message(tmp_path):
     job = {
         "task": "arithmetic",
