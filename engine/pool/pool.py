@@ -1,29 +1,31 @@
 """The sample pool: finished training episodes grouped by task, with an optional durable journal.
 
-The pool is owned by the server's event loop (no locks). With a journal path, every accepted episode is
-appended and fsynced *before* the client is told it was accepted, and every batch taken for training is
-logged as consumed once its step is checkpointed, so a crashed server can rebuild exactly the episodes
-that were accepted but not yet trained on.
+The pool is owned by the server's event loop (no locks): its memory changes synchronously, in the loop,
+and the journal's file work (`engine.pool.journal`) runs on a writer thread in the same order. With a
+journal path, every accepted episode's `add` record is fsynced *before* the client is told it was
+accepted (the server awaits the future `add` returns), and every batch taken for training is logged as
+consumed once its step is checkpointed, so a crashed server can rebuild exactly the episodes that were
+accepted but not yet trained on.
 
 Journal records, one JSON object per line: `add` (an accepted episode), `trained` and `discard` (seqs
-that left for good), and `seq` (the next sequence number, written first by a compaction). Only
-newline-terminated lines were ever acknowledged, so an unterminated last line (a crash mid-append) is
-cut off at replay; any other damaged line is an error, not a silent truncation of what follows.
+that left for good), and `seq` (the next sequence number, written first by a compaction).
 
 Compaction: records of episodes that left the pool are dead weight, and a long run would grow the journal
 without bound. Once `compact_after` of them accumulate, the journal is rewritten (to a temporary file,
 then atomically renamed) with one `add` per episode that may still be replayed: pooled ones, and ones
 taken for training whose step is not checkpointed yet. This does not depend on checkpoints happening.
+Because writes keep their submission order, a compaction snapshot taken in the loop already holds every
+episode whose `add` was submitted before it.
 """
 
 from __future__ import annotations
 
-import json
-import os
+import logging
 from collections import defaultdict
+from concurrent.futures import Future
 from pathlib import Path
 
-from engine.errors import JournalCorrupt
+from engine.pool.journal import PoolJournal
 from engine.pool.policies import Selection, select_batch
 from engine.types import EpisodeResult
 
@@ -31,32 +33,50 @@ from engine.types import EpisodeResult
 # little per append, small enough that the file stays within a few thousand lines.
 COMPACT_AFTER_RECORDS = 2048
 
+log = logging.getLogger("swarm.pool")
+
 
 class SamplePool:
-    """Finished training episodes by task, in arrival order, optionally journaled (module docstring)."""
+    """Finished training episodes by task, in arrival order, optionally journaled (module docstring).
 
-    def __init__(self, journal: Path | None = None, compact_after: int = COMPACT_AFTER_RECORDS) -> None:
+    `background=True` moves the journal's file work onto its writer thread (the server's choice); the
+    methods that write return the write's future either way.
+    """
+
+    def __init__(
+        self, journal: Path | None = None, compact_after: int = COMPACT_AFTER_RECORDS, background: bool = False
+    ) -> None:
         self._groups: dict[str, list[EpisodeResult]] = defaultdict(list)
         # Taken for training but not yet marked trained: the journal must keep replaying them.
         self._taken: dict[int, EpisodeResult] = {}
         self._next_seq = 1
-        self._journal = journal
+        self._journal = PoolJournal(journal, background) if journal is not None else None
         self._compact_after = compact_after
         self._records = 0  # episode records in the journal file (all lines but the `seq` header)
         self.discarded = 0
-        if journal is not None and journal.exists():
-            self._replay(journal)
+        if self._journal is not None:
+            self._replay(self._journal)
             self._maybe_compact()
 
     # -- contents -------------------------------------------------------------------------------
-    def add(self, episode: EpisodeResult) -> None:
-        """Accept a finished episode (durably first, when journaled)."""
+    def add(self, episode: EpisodeResult) -> Future[None]:
+        """Accept a finished episode; the future completes once it is durable (at once without a journal).
+
+        The episode is in the pool from this call on; if the future fails, `withdraw` it.
+        """
         episode.seq = self._next_seq
         self._next_seq += 1
-        if self._journal is not None:
-            self._append({"op": "add", "episode": episode.to_dict()})
         self._groups[episode.task_id].append(episode)
+        written = self._append({"op": "add", "episode": episode.to_dict()})
         self._maybe_compact()
+        return written
+
+    def withdraw(self, episode: EpisodeResult) -> bool:
+        """Take back an episode whose `add` could not be journaled; False if a batch already took it."""
+        if not any(e.seq == episode.seq for e in self._groups.get(episode.task_id, ())):
+            return False
+        self._remove([episode], op=None)
+        return True
 
     def __len__(self) -> int:
         return sum(len(g) for g in self._groups.values())
@@ -88,13 +108,14 @@ class SamplePool:
         self._remove(batch, op=None)
         self._taken.update((e.seq, e) for e in batch)
 
-    def mark_trained(self, batch: list[EpisodeResult]) -> None:
+    def mark_trained(self, batch: list[EpisodeResult]) -> Future[None]:
         """Record durably that a batch's step is checkpointed; those episodes will not be replayed."""
         for e in batch:
             self._taken.pop(e.seq, None)
-        if self._journal is not None:
-            self._append({"op": "trained", "seqs": [e.seq for e in batch]})
-            self._maybe_compact()
+        written = self._append({"op": "trained", "seqs": [e.seq for e in batch]})
+        written.add_done_callback(_log_failure)
+        self._maybe_compact()
+        return written
 
     def restore(self, batch: list[EpisodeResult]) -> None:
         """Put a batch back (its training step failed), keeping arrival order."""
@@ -102,6 +123,11 @@ class SamplePool:
             self._taken.pop(e.seq, None)
             self._groups[e.task_id].append(e)
             self._groups[e.task_id].sort(key=lambda x: x.seq)
+
+    def close(self) -> None:
+        """Wait for the journal's pending writes and stop its writer (blocking)."""
+        if self._journal is not None:
+            self._journal.close()
 
     # -- journal --------------------------------------------------------------------------------
     def _remove(self, episodes: list[EpisodeResult], op: str | None) -> None:
@@ -112,18 +138,15 @@ class SamplePool:
                 self._groups[task] = kept
             else:
                 del self._groups[task]
-        if op is not None and self._journal is not None:
-            self._append({"op": op, "seqs": sorted(seqs)})
+        if op is not None:
+            self._append({"op": op, "seqs": sorted(seqs)}).add_done_callback(_log_failure)
             self._maybe_compact()
 
-    def _append(self, record: dict) -> None:
-        assert self._journal is not None
-        self._journal.parent.mkdir(parents=True, exist_ok=True)
-        with open(self._journal, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+    def _append(self, record: dict) -> Future[None]:
+        if self._journal is None:
+            return _done()
         self._records += 1
+        return self._journal.append(record)
 
     def _maybe_compact(self) -> None:
         """Rewrite the journal once its dead records reach the threshold (each live episode has one add)."""
@@ -136,30 +159,13 @@ class SamplePool:
         episodes = sorted([*pooled, *self._taken.values()], key=lambda e: e.seq)
         records = [{"op": "seq", "next": self._next_seq}]
         records += [{"op": "add", "episode": e.to_dict()} for e in episodes]
-        tmp = self._journal.with_name(self._journal.name + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.writelines(json.dumps(r) + "\n" for r in records)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self._journal)
-        _fsync_dir(self._journal.parent)  # the rename itself must survive a crash
+        self._journal.rewrite(records).add_done_callback(_log_failure)
         self._records = len(episodes)
 
-    def _replay(self, journal: Path) -> None:
+    def _replay(self, journal: PoolJournal) -> None:
         live: dict[int, EpisodeResult] = {}
-        with open(journal, "rb") as f:
-            data = f.read()
-        lines = data.split(b"\n")
-        if lines[-1]:
-            # An unterminated last line is a crash mid-append: that episode was never acknowledged. Cut it
-            # off, or the next append would be glued to it and the journal corrupted from there on.
-            with open(journal, "r+b") as f:
-                f.truncate(len(data) - len(lines[-1]))
-                os.fsync(f.fileno())
-        lines = lines[:-1]
-        for lineno, line in enumerate(lines, 1):
+        for lineno, rec in enumerate(journal.read(), 1):
             try:
-                rec = json.loads(line)
                 op = rec["op"]
                 if op == "add":
                     ep = EpisodeResult.from_dict(rec["episode"])
@@ -175,17 +181,20 @@ class SamplePool:
                     raise ValueError(f"unknown op {op!r}")
                 self._records += 1
             except (ValueError, KeyError, TypeError) as e:
-                raise JournalCorrupt(
-                    f"pool journal {journal} line {lineno} is damaged ({type(e).__name__}: {e}); only a torn "
-                    "last line can come from a crash. Move the file away to start with an empty pool."
-                ) from e
+                raise journal.damaged(lineno, e) from e
         for ep in sorted(live.values(), key=lambda e: e.seq):
             self._groups[ep.task_id].append(ep)
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def _done() -> Future[None]:
+    f: Future[None] = Future()
+    f.set_result(None)
+    return f
+
+
+def _log_failure(written: Future[None]) -> None:
+    # Discards, trained marks and compactions answer no client: a failed one is logged (a later replay
+    # may then bring back episodes that had left, which training tolerates; losing an accepted one it
+    # would not, which is why `add`'s failures go back to the caller).
+    if written.exception() is not None:
+        log.error("pool journal write failed: %s", written.exception())

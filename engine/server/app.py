@@ -148,13 +148,7 @@ def create_app(server: SwarmServer, admin_token: str, public_url: str | None = N
 
     @app.post("/v1/episode/end", response_model=EndEpisodeResponse)
     async def end_episode(req: EndEpisodeRequest, authorization: str | None = Header(None)):
-        key = _bearer(authorization)
-        done = server.episodes.outcome(key)
-        if done is None:  # not a retry of an end that was already answered
-            ep = server.episodes.get(key)
-            if ep.calls_in_flight:
-                raise BadRequest("episode has calls in flight; end it after its last response arrives")
-            done = server.end_episode(ep, req.reward, req.metadata)
+        done = await server.end_episode(_bearer(authorization), req.reward, req.metadata)
         return EndEpisodeResponse(episode_id=done.episode_id, accepted=done.accepted, reason=done.reason)
 
     @app.post("/v1/episode/abort", response_model=EndEpisodeResponse)
@@ -238,7 +232,8 @@ def _completion_body(completions, parsed, n_prompt: int, model: str) -> dict:
 
 
 async def _sse(server: SwarmServer, ep: LiveEpisode, req: ChatCompletionRequest, params: SamplingParams, model: str) -> AsyncIterator[str]:
-    """Real streaming: text deltas leave as the model produces tokens; tool calls arrive in the final chunk."""
+    """Real streaming: text deltas leave as the model produces tokens (with tools too, holding back only
+    text that may begin a tool call); tool calls arrive whole in the final chunk."""
     cid, created = "chatcmpl-" + uuid.uuid4().hex, int(time.time())
 
     def chunk(choices: list[dict], usage: dict | None = None) -> str:
@@ -249,19 +244,17 @@ async def _sse(server: SwarmServer, ep: LiveEpisode, req: ChatCompletionRequest,
 
     try:
         async for event in server.chat_stream(ep, req.messages, req.tools, params):
-            if event.kind == "delta" and not req.tools:
+            if event.kind == "delta":
                 yield chunk([{"index": event.index, "delta": {"content": event.text}, "finish_reason": None}])
             elif event.kind == "done":
                 for i, (c, (content, tool_calls)) in enumerate(zip(event.completions, event.parsed, strict=True)):
+                    # What was streamed is a prefix of the final content (core.streamable); send the rest.
+                    content, sent = content or "", event.sent.get(i, "")
                     delta: dict = {}
-                    rest = content[len(event.sent.get(i, "")) :] if content.startswith(event.sent.get(i, "")) else ""
-                    if not req.tools and rest:
-                        delta["content"] = rest
-                    if req.tools:
-                        if content:
-                            delta["content"] = content
-                        if tool_calls:
-                            delta["tool_calls"] = [{"index": j, **tc} for j, tc in enumerate(tool_calls)]
+                    if content.startswith(sent) and content[len(sent) :]:
+                        delta["content"] = content[len(sent) :]
+                    if tool_calls:
+                        delta["tool_calls"] = [{"index": j, **tc} for j, tc in enumerate(tool_calls)]
                     finish = "tool_calls" if tool_calls else c.finish_reason
                     yield chunk([{"index": i, "delta": delta, "finish_reason": finish}])
                 if (req.stream_options or {}).get("include_usage"):

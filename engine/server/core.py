@@ -25,7 +25,7 @@ from engine.errors import BadRequest, EpisodeRejected
 from engine.pool.pool import SamplePool
 from engine.server.episodes import EndOutcome, EpisodeEnd, EpisodeRegistry, LiveEpisode
 from engine.server.state import ServerState, StateMachine
-from engine.tracking.chat import parse_tool_calls, render_prompt
+from engine.tracking.chat import TOOL_CALL_OPEN, parse_tool_calls, render_prompt
 from engine.types import EpisodeResult
 
 log = logging.getLogger("swarm.server")
@@ -52,6 +52,20 @@ def _before_possible_stop(text: str, stops: tuple[str, ...]) -> str:
     return text[: len(text) - hold]
 
 
+def streamable(text: str, stops: tuple[str, ...], tools: bool) -> str:
+    """The part of a reply so far that may be streamed as content now.
+
+    Always: before a stop string, and not a tail that may grow into one. With tools, also before the
+    first `<tool_call>` (or a tail that may begin one; a tool call goes out whole in the final chunk) and
+    without trailing whitespace, which `parse_tool_calls` strips from content next to a call: the
+    streamed content is then always a prefix of the final message's content.
+    """
+    safe = _before_possible_stop(text, stops)
+    if tools:
+        safe = _before_possible_stop(safe, (TOOL_CALL_OPEN,)).rstrip()
+    return safe
+
+
 # A client not heard from for this long no longer counts as active for the agree policies.
 CLIENT_ACTIVE_S = 30.0
 
@@ -73,6 +87,8 @@ class SwarmServer:
         # weights are on disk, so a crash in between replays them instead of losing them.
         self._uncheckpointed: list[EpisodeResult] = []
         self._sweeper: asyncio.Task | None = None
+        # Ends whose journal write is in flight, by key: a retried end waits for the first one's answer.
+        self._ending: dict[str, asyncio.Future[EndOutcome]] = {}
 
     # -- lifecycle --------------------------------------------------------------------------------
     @property
@@ -127,7 +143,8 @@ class SwarmServer:
         # The run dir remembers its config, so `swarm serve --run-dir X` after a crash needs no client.
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "swarm_config.yaml").write_text(cfg.to_yaml())
-        return SamplePool(run_dir / "pool.journal.jsonl")
+        # background: the journal's fsyncs run on its writer thread, never on the event loop.
+        return SamplePool(run_dir / "pool.journal.jsonl", background=True)
 
     async def stop(self) -> None:
         """Abort live episodes and unload; accepted episodes stay in the journal for the next start."""
@@ -140,6 +157,7 @@ class SwarmServer:
             self.backend.inference.resume()
             self.backend.close()
             self.backend = None
+        await asyncio.to_thread(self.pool.close)  # the journal's last writes land before a restart reads it
 
     async def shutdown(self) -> None:
         await self.stop()
@@ -173,18 +191,40 @@ class SwarmServer:
         in_flight = sum(1 for e in self.episodes.live() if e.client_id == client_id and not e.is_eval)
         return self.pool.episodes_by_client().get(client_id, 0) + in_flight >= cap
 
-    def end_episode(self, ep: LiveEpisode, reward: float, metadata: dict[str, Any]) -> EndOutcome:
-        """Close an episode; train episodes with at least one call enter the pool."""
-        accepted, reason = self._close(ep, reward, metadata)
-        return self.episodes.record_outcome(ep, accepted, reason)
+    async def end_episode(self, api_key: str, reward: float, metadata: dict[str, Any]) -> EndOutcome:
+        """Close an episode by its key; train episodes with at least one call enter the pool.
 
-    def _close(self, ep: LiveEpisode, reward: float, metadata: dict[str, Any]) -> tuple[bool, str]:
+        Answers only once an accepted episode is durable in the journal (written off the event loop).
+        A repeated end with the same key (a client whose answer was lost) gets the first end's answer,
+        waiting for it if that end is still being written; the episode never enters the pool twice.
+        """
+        ending = self._ending.get(api_key)
+        if ending is not None:
+            return await asyncio.shield(ending)
+        done = self.episodes.outcome(api_key)
+        if done is not None:
+            return done
+        ep = self.episodes.get(api_key)
+        if ep.calls_in_flight:
+            raise BadRequest("episode has calls in flight; end it after its last response arrives")
+        # A task, shielded: a client that hangs up mid-write must not cancel the end half-way.
+        ending = asyncio.ensure_future(self._end(ep, reward, metadata))
+        self._ending[api_key] = ending
+        ending.add_done_callback(lambda _: self._ending.pop(api_key, None))
+        return await asyncio.shield(ending)
+
+    async def _end(self, ep: LiveEpisode, reward: float, metadata: dict[str, Any]) -> EndOutcome:
         self.episodes.finish(ep, EpisodeEnd.ENDED)
         self.heartbeat(ep.client_id)
+        accepted, reason = await self._pool_episode(ep, reward, metadata)
+        if not ep.is_eval:
+            self._train_episode_done.set()
+        return self.episodes.record_outcome(ep, accepted, reason)
+
+    async def _pool_episode(self, ep: LiveEpisode, reward: float, metadata: dict[str, Any]) -> tuple[bool, str]:
         if ep.is_eval:
             return False, "eval episode: never trained on"
         if not ep.tracker.timelines:
-            self._train_episode_done.set()
             return False, "episode made no LLM call: nothing to train on"
         result = EpisodeResult(
             episode_id=ep.episode_id,
@@ -194,8 +234,19 @@ class SwarmServer:
             timelines=ep.tracker.timelines,
             metadata={**ep.metadata, **metadata},
         )
-        self.pool.add(result)
-        self._train_episode_done.set()
+        written = self.pool.add(result)
+        try:
+            await asyncio.wrap_future(written)
+        except OSError as e:
+            # Disk full, run dir gone: the episode is not durable, so it is not accepted. A batch can only
+            # have taken it meanwhile if this write failed after a later one succeeded, which one writer
+            # thread writing in order rules out; withdraw() says so if it ever happens.
+            log.error("pool journal write failed for episode %s: %s", ep.episode_id, e)
+            self.error = f"pool journal write failed: {e}"
+            if not self.pool.withdraw(result):
+                log.error("episode %s was taken for training before its journal write failed", ep.episode_id)
+            return False, f"not accepted: the server could not journal the episode ({e}); see its log"
+        # Only a durable episode may fire the trigger (writes are in order, so then every pooled one is).
         self._maybe_trigger()
         return True, ""
 
@@ -284,7 +335,7 @@ class SwarmServer:
             # Hold back a trailing replacement char: it is half of a multi-byte character.
             if text.endswith("\ufffd"):
                 continue
-            safe = _before_possible_stop(text, params.stop)
+            safe = streamable(text, params.stop, bool(tools))
             prev = sent.get(index, "")
             if len(safe) > len(prev) and safe.startswith(prev):
                 sent[index] = safe
@@ -334,7 +385,7 @@ class SwarmServer:
             # Otherwise the journal would replay every episode ever accepted, and keep them all.
             wrote = await asyncio.to_thread(backend.checkpoint)
             if wrote or self.config.training.checkpoint_every == 0:
-                self.pool.mark_trained(self._uncheckpointed)
+                self.pool.mark_trained(self._uncheckpointed)  # written in order, after every add it names
                 self._uncheckpointed = []
             metrics = {**metrics, "step_time_s": time.perf_counter() - t0}
             self.metrics.append(metrics)
