@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import httpx
 from rich.console import Group
 from rich.live import Live
 from rich.progress_bar import ProgressBar
@@ -37,16 +38,30 @@ def render_status(st: dict) -> Group:
 
 
 def top(url: str, token: str | None, interval: float = 1.0, once: bool = False) -> None:
+    """Show the server's status, refreshed every `interval` seconds until Ctrl-C (or once).
+
+    A server that stops answering (stopped, killed, restarting) or refuses the token is shown as such
+    and polled again: `top` outlives the server it watches.
+    """
     client = SwarmClient(url, admin_token=token)
     if once:
         from rich.console import Console
 
         Console().print(render_status(client.status()))
         return
-    with Live(render_status(client.status()), refresh_per_second=4) as live:
-        while True:
-            time.sleep(interval)
-            try:
-                live.update(render_status(client.status()))
-            except (SwarmHTTPError, OSError) as e:
-                live.update(f"[red]cannot reach {url}: {e}")
+    with Live(_frame(client, url), refresh_per_second=4) as live:
+        try:
+            while True:
+                time.sleep(interval)
+                live.update(_frame(client, url))
+        except KeyboardInterrupt:  # the way to leave a live view: no traceback
+            pass
+
+
+def _frame(client: SwarmClient, url: str):
+    try:
+        return render_status(client.status())
+    except SwarmHTTPError as e:  # a wrong token, say
+        return f"[red]{url} refused the status request: {e}"
+    except httpx.HTTPError as e:  # httpx's transport errors are not OSErrors
+        return f"[red]cannot reach {url}: {e}"
