@@ -93,3 +93,29 @@ def scripted_backend_factory(replies: list[str], token_delay_s: float = 0.0):
         return backend
 
     return make
+
+
+def serve_process(run_dir, port: int, *extra: str):
+    """`swarm serve --run-dir` as a real subprocess with the test admin token, once /health answers."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    env = {**os.environ, "SWARM_ADMIN_TOKEN": ADMIN_TOKEN}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "engine.cli", "serve", "--run-dir", str(run_dir), "--port", str(port), *extra],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(f"http://127.0.0.1:{port}/health", timeout=0.5)
+            return proc
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    proc.kill()
+    proc.wait()
+    raise TimeoutError("server did not come up")

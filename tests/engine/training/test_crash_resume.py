@@ -6,36 +6,17 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 
-import httpx
 import torch
 from tests_support import ADMIN_TOKEN, free_port
+from tests_support import serve_process as _serve
 
 from engine.client import SwarmClient
 from engine.config import SwarmConfig
 from engine.training.checkpoint import latest_checkpoint
 
 PROMPT = [{"role": "user", "content": "Count to three."}]
-
-
-def _serve(run_dir, port, *extra):
-    env = {**os.environ, "SWARM_ADMIN_TOKEN": ADMIN_TOKEN}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "engine.cli", "serve", "--run-dir", str(run_dir), "--port", str(port), *extra],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            httpx.get(f"http://127.0.0.1:{port}/health", timeout=0.5)
-            return proc
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    proc.kill()
-    raise TimeoutError("server did not come up")
 
 
 def _play(c: SwarmClient, task: str, rewards: list[float]) -> list[str]:
