@@ -12,7 +12,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from engine.config import SwarmConfig
-from engine.errors import ConfigError
+from engine.errors import ConfigError, ServerLost
 
 
 def _load_config(args: argparse.Namespace) -> SwarmConfig:
@@ -89,12 +89,14 @@ def _cmd_train(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir or os.environ.get("A3R_RUN_DIR") or f"runs/{job.task}-{int(time.time())}")
     try:
         summary = train(job, run_dir)
+    except ServerLost as e:
+        print(f"swarm train: {e}", file=sys.stderr)
+        return 1
     except httpx.TransportError as e:
-        # The job's own server died (killed, out of memory) or stopped answering: say so and how to
-        # resume, instead of a traceback from deep inside the client.
+        # The server is running but stopped answering (train() restarts only a server that exited).
         print(
-            f"swarm train: lost the connection to the training server ({type(e).__name__}: {e}); it exited or "
-            f"was killed (its log: {run_dir / 'server.log'}). Rerun the same command with --run-dir {run_dir} "
+            f"swarm train: lost the connection to the training server ({type(e).__name__}: {e}) while it "
+            f"still runs (its log: {run_dir / 'server.log'}). Rerun the same command with --run-dir {run_dir} "
             "to resume from the last checkpoint.",
             file=sys.stderr,
         )

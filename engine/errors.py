@@ -41,5 +41,9 @@ class JournalCorrupt(SwarmError):
     """The pool journal cannot be replayed (a damaged line before its end, or an unknown record)."""
 
 
+class ServerLost(SwarmError, RuntimeError):
+    """A job's own server kept dying: it was restarted as often as the job allows and died again."""
+
+
 class ModelLoadError(SwarmError, RuntimeError):
     """A model could not be found or loaded."""

@@ -18,13 +18,14 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
 
 from engine.client import SwarmClient, run_episodes
 from engine.config import SwarmConfig
-from engine.errors import ConfigError
+from engine.errors import ConfigError, ServerLost
 from engine.tasks import get_task
 from engine.tasks.base import HELD_OUT_SEED, split_items
 from engine.training.checkpoint import checkpoints_dir
@@ -54,6 +55,12 @@ class TrainJob(BaseModel):
     temperature: float = Field(1.0, ge=0, description="Sampling temperature of training episodes.")
     max_tokens: int = Field(32, ge=1, description="Reply budget per LLM call.")
     concurrency: int = Field(16, ge=1, description="Episodes in flight at once (the server batches them).")
+    max_server_restarts: int = Field(
+        3,
+        ge=0,
+        description="How often the job restarts a server that died (killed, out of memory) before giving up; "
+        "each restart resumes from the last checkpoint, retraining the steps after it.",
+    )
     keep_final_checkpoint: bool = Field(
         True,
         description="Keep the checkpoints once the job reaches max_steps. False deletes them when the job "
@@ -163,58 +170,97 @@ def evaluate(client: SwarmClient, job: TrainJob, items, label: str, step: int, l
 
 
 def train(job: TrainJob, run_dir: Path) -> dict:
-    """Run the job to `swarm.training.max_steps` and return the summary (also written to run_dir)."""
+    """Run the job to `swarm.training.max_steps` and return the summary (also written to run_dir).
+
+    The job owns its server: one that dies is restarted, up to `job.max_server_restarts` times, and
+    resumes from its last checkpoint (the server reloads it, the job continues at the server's step, the
+    metrics of retrained steps are superseded); then `ServerLost` says what happened and how to resume.
+    """
     run_dir.mkdir(parents=True, exist_ok=True)
     max_steps = job.swarm.training.max_steps
     if max_steps is None:
         raise ConfigError("swarm train needs swarm.training.max_steps (how many optimizer steps to run)")
     cfg = job.swarm.model_copy(update={"run_dir": str(run_dir)})
+    summary: dict = {"task": job.task, "model": cfg.model.name, "max_steps": max_steps, "evals": []}
+    log_path = run_dir / "server.log"
+    restarts = 0
+    while True:
+        server = ServerProcess(run_dir, log_path=log_path)
+        try:
+            _drive(server, job, cfg, run_dir, summary)
+            break
+        except httpx.TransportError as e:
+            code = _exit_code(server)
+            if code is None:
+                raise  # the server is alive but unreachable: not something a restart fixes
+            restarts += 1
+            if restarts > job.max_server_restarts:
+                raise ServerLost(
+                    f"the training server exited with code {code} ({type(e).__name__}: {e}) and was already "
+                    f"restarted {job.max_server_restarts} time(s); its log: {log_path}. Rerun the same command "
+                    f"with --run-dir {run_dir} to resume from the last checkpoint."
+                ) from e
+            console.print(
+                f"[yellow]the training server exited with code {code}; restarting it from the last checkpoint "
+                f"(restart {restarts} of at most {job.max_server_restarts}; its log: {log_path})"
+            )
+        finally:
+            server.stop()
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    if not job.keep_final_checkpoint:
+        shutil.rmtree(checkpoints_dir(run_dir), ignore_errors=True)
+    return summary
+
+
+def _exit_code(server: ServerProcess, grace_s: float = 5.0) -> int | None:
+    """The server's exit code, waiting briefly for a dying one; None if it is still running."""
+    try:
+        return server.proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def _drive(server: ServerProcess, job: TrainJob, cfg: SwarmConfig, run_dir: Path, summary: dict) -> None:
+    """Train from the server's current step to max_steps, evaluating as the job asks (fills `summary`)."""
+    max_steps = cfg.training.max_steps
     task = get_task(job.task)
     B, N = cfg.pool.batch_size, cfg.pool.group_size
     train_items, held_out = split_items(task, B * max_steps, job.eval_size, job.seed, job.eval_seed)
     # Held-out accuracy goes where the server's per-step metrics go (run dir, and A3R's metrics file).
     log = MetricsLog(run_dir)
     sampling = {"temperature": job.temperature, "max_tokens": job.max_tokens}
-
-    server = ServerProcess(run_dir, log_path=run_dir / "server.log")
-    summary: dict = {"task": job.task, "model": cfg.model.name, "max_steps": max_steps, "evals": []}
-    try:
-        with server.client() as client:
-            client.configure(cfg)
-            st = client.start(wait=True)
+    with server.client() as client:
+        client.configure(cfg)
+        st = client.start(wait=True)
+        step = st["global_step"]
+        console.print(f"server ROLLING at step {step} ({cfg.model.name}, {cfg.algorithm.policy_loss})")
+        # After a restart, evaluations past the resumed step belong to steps that are trained again.
+        summary["evals"] = [e for e in summary["evals"] if e["step"] <= step]
+        if job.eval_size and step == 0 and "accuracy_before" not in summary:  # not again after a restart
+            summary["accuracy_before"] = evaluate(client, job, held_out, "before", 0, log)
+        while step < max_steps:
+            batch = train_items[step * B : (step + 1) * B]
+            # A task is (step, position): a problem drawn twice in one step is two GRPO groups of N,
+            # not one group of 2N that the pool would never see complete.
+            episodes = [(k, it) for k, it in enumerate(batch) for _ in range(N)]
+            res = run_episodes(
+                client,
+                episodes,
+                lambda ep, pair: task.run(ep.openai(max_retries=0), ep.model, pair[1], sampling),
+                task_id=lambda pair, step=step: f"s{step}:{pair[0]}:{pair[1].id}",
+                concurrency=job.concurrency,
+                show_progress=True,
+            )
+            st = client.wait_for_step(step + 1, timeout=3600)
             step = st["global_step"]
-            console.print(f"server ROLLING at step {step} ({cfg.model.name}, {cfg.algorithm.policy_loss})")
-            if job.eval_size and step == 0:
-                summary["accuracy_before"] = evaluate(client, job, held_out, "before", 0, log)
-            while step < max_steps:
-                batch = train_items[step * B : (step + 1) * B]
-                # A task is (step, position): a problem drawn twice in one step is two GRPO groups of N,
-                # not one group of 2N that the pool would never see complete.
-                episodes = [(k, it) for k, it in enumerate(batch) for _ in range(N)]
-                res = run_episodes(
-                    client,
-                    episodes,
-                    lambda ep, pair: task.run(ep.openai(max_retries=0), ep.model, pair[1], sampling),
-                    task_id=lambda pair, step=step: f"s{step}:{pair[0]}:{pair[1].id}",
-                    concurrency=job.concurrency,
-                    show_progress=True,
-                )
-                st = client.wait_for_step(step + 1, timeout=3600)
-                step = st["global_step"]
-                m = st.get("last_metrics") or {}
-                console.print(
-                    f"step {step}/{max_steps} reward {res.mean_reward:.3f} loss {m.get('pg_loss', float('nan')):.4f} "
-                    f"step time {m.get('step_time_s', float('nan')):.1f}s"
-                )
-                if job.eval_every and step % job.eval_every == 0 and step < max_steps:
-                    acc = evaluate(client, job, held_out, f"step {step}", step, log)
-                    summary["evals"].append({"step": step, "accuracy": acc})
-            if job.eval_size:
-                summary["accuracy_after"] = evaluate(client, job, held_out, "after", step, log)
-            summary["final_status"] = client.status()
-    finally:
-        server.stop()
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-    if not job.keep_final_checkpoint:
-        shutil.rmtree(checkpoints_dir(run_dir), ignore_errors=True)
-    return summary
+            m = st.get("last_metrics") or {}
+            console.print(
+                f"step {step}/{max_steps} reward {res.mean_reward:.3f} loss {m.get('pg_loss', float('nan')):.4f} "
+                f"step time {m.get('step_time_s', float('nan')):.1f}s"
+            )
+            if job.eval_every and step % job.eval_every == 0 and step < max_steps:
+                acc = evaluate(client, job, held_out, f"step {step}", step, log)
+                summary["evals"].append({"step": step, "accuracy": acc})
+        if job.eval_size:
+            summary["accuracy_after"] = evaluate(client, job, held_out, "after", step, log)
+        summary["final_status"] = client.status()

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import JournalCorrupt
+from engine.fsutil import atomic_write_text
 
 __all__ = ["PoolJournal"]
 
@@ -44,7 +45,7 @@ class PoolJournal:
     def rewrite(self, records: list[dict[str, Any]]) -> Future[None]:
         """Replace the whole journal with `records`, atomically (temporary file, fsync, rename, dir fsync)."""
         text = "".join(json.dumps(r) + "\n" for r in records)
-        return self._submit(lambda: self._replace(text))
+        return self._submit(lambda: atomic_write_text(self.path, text))
 
     def close(self) -> None:
         """Wait for every submitted write, then stop the writer thread."""
@@ -68,15 +69,6 @@ class PoolJournal:
             f.write(line)
             f.flush()
             os.fsync(f.fileno())
-
-    def _replace(self, text: str) -> None:
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        _fsync_dir(self.path.parent)  # the rename itself must survive a crash
 
     # -- reading --------------------------------------------------------------------------------
     def read(self) -> list[dict[str, Any]]:
@@ -109,10 +101,3 @@ class PoolJournal:
             "last line can come from a crash. Move the file away to start with an empty pool."
         )
 
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

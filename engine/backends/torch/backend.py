@@ -66,6 +66,10 @@ class TorchBackend:
             self.trainer.optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", weights_only=True))
             self.trainer.global_step = int(state["global_step"])
             log.info("resumed from %s at step %d", ckpt, self.trainer.global_step)
+        # Steps after the checkpoint (trained, then lost with the process) are trained again from here.
+        dropped = self.metrics.supersede_after(self.trainer.global_step)
+        if dropped:
+            log.info("superseded %d metrics records after step %d", dropped, self.trainer.global_step)
 
     @property
     def global_step(self) -> int:

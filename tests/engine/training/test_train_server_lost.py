@@ -1,8 +1,10 @@
-"""`swarm train` whose server is SIGKILLed mid-run: the command ends with a clear message naming the
-server log and how to resume, not an httpx traceback."""
+"""`swarm train` owns its server: SIGKILLed mid-run, the server is restarted and resumes from its last
+checkpoint, and the steps trained again replace their metrics instead of repeating them; a server that
+keeps dying ends the command with a clear message naming its log and how to resume, not a traceback."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -13,6 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from engine.training.metrics import MetricsLog
+
 
 def _children(pid: int) -> list[int]:
     out = []
@@ -21,8 +25,13 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-@pytest.mark.slow
-def test_a_killed_server_ends_swarm_train_with_a_clear_message(tmp_path):
+def _steps(metrics: Path) -> list[int]:
+    records = [json.loads(line) for line in metrics.read_text().splitlines()]
+    return [int(r["step"]) for r in records if "eval_accuracy" not in r]  # the server's per-step records
+
+
+def _train_and_kill_once(tmp_path: Path, **job_overrides) -> tuple[subprocess.Popen, Path, str]:
+    """Run `swarm train`, SIGKILL its server right after step 1's metrics appear, wait for the command."""
     job = {
         "task": "arithmetic",
         "eval_size": 0,
@@ -31,32 +40,65 @@ def test_a_killed_server_ends_swarm_train_with_a_clear_message(tmp_path):
         "swarm": {
             "model": {"name": "tiny"},
             "pool": {"batch_size": 2, "group_size": 2},
-            "training": {"max_steps": 50, "mini_batch_size": 4, "micro_batch_size": 2},
+            # checkpoint every 2 steps: step 1 is trained but not durable when the server dies
+            "training": {"max_steps": 3, "mini_batch_size": 4, "micro_batch_size": 2, "checkpoint_every": 2},
         },
+        **job_overrides,
     }
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
     run_dir = tmp_path / "run"
     cmd = [sys.executable, "-m", "engine.cli", "train", "--config", str(tmp_path / "job.yaml"), "--run-dir", str(run_dir)]
     stderr = tmp_path / "stderr.txt"  # a file, not a pipe: nobody reads a pipe while the job runs
     with open(stderr, "w") as err_file:
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err_file)
+        # wide enough that rich does not wrap the job's messages
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err_file, env={**os.environ, "COLUMNS": "400"})
     try:
-        # Kill the server once it has trained a step: the client is then mid-run.
         metrics = run_dir / "metrics.jsonl"
         deadline = time.monotonic() + 240
         while not (metrics.exists() and metrics.read_text().strip()):
             assert proc.poll() is None, stderr.read_text()[-3000:]
             assert time.monotonic() < deadline, "no training step within 240 s"
-            time.sleep(0.2)
+            time.sleep(0.02)
         (server_pid,) = _children(proc.pid)
         os.kill(server_pid, signal.SIGKILL)
-        proc.wait(timeout=120)
+        proc.wait(timeout=240)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    err = stderr.read_text()
+    return proc, run_dir, stderr.read_text()
+
+
+@pytest.mark.slow
+def test_a_killed_server_is_restarted_and_retrained_steps_replace_their_metrics(tmp_path):
+    proc, run_dir, err = _train_and_kill_once(tmp_path)
+    assert proc.returncode == 0, err[-3000:]
+    assert "restarting it from the last checkpoint (restart 1 of at most 3" in err
+    # resumed from the beginning (no checkpoint yet), so step 1 was trained twice: it is logged once
+    assert err.count("server ROLLING at step 0") == 2, err[-3000:]
+    assert _steps(run_dir / "metrics.jsonl") == [1, 2, 3]
+    assert json.loads((run_dir / "summary.json").read_text())["max_steps"] == 3
+    assert "Traceback" not in err
+
+
+@pytest.mark.slow
+def test_a_server_that_keeps_dying_ends_swarm_train_with_a_clear_message(tmp_path):
+    proc, run_dir, err = _train_and_kill_once(tmp_path, max_server_restarts=0)
     assert proc.returncode == 1, err[-3000:]
-    assert "lost the connection to the training server" in err
+    assert "swarm train: the training server exited with code -9" in err
     assert f"--run-dir {run_dir}" in err and str(run_dir / "server.log") in err
     assert "Traceback" not in err
+
+
+def test_supersede_drops_only_records_after_the_resumed_step(tmp_path, monkeypatch):
+    monkeypatch.delenv("A3R_METRICS_FILE", raising=False)
+    log = MetricsLog(tmp_path)
+    for rec in [{"step": 0, "eval_accuracy": 0.1}, {"step": 1, "pg_loss": 0.5}, {"step": 2.0, "pg_loss": 0.4},
+                {"step": 2, "eval_accuracy": 0.3}, {"step": 3, "pg_loss": 0.2}]:
+        log.write(rec)
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write("not json\n")  # not ours to judge: kept
+    assert log.supersede_after(1) == 3
+    kept = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert kept == ['{"step": 0, "eval_accuracy": 0.1}', '{"step": 1, "pg_loss": 0.5}', "not json"]
+    assert log.supersede_after(1) == 0 and MetricsLog(None).supersede_after(0) == 0
