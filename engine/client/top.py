@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import time
+import signal
+import threading
 
 import httpx
 from rich.console import Group
@@ -43,19 +44,26 @@ def top(url: str, token: str | None, interval: float = 1.0, once: bool = False) 
     A server that stops answering (stopped, killed, restarting) or refuses the token is shown as such
     and polled again: `top` outlives the server it watches.
     """
-    client = SwarmClient(url, admin_token=token)
+    client = SwarmClient(url, admin_token=token, timeout=10.0)  # a hung server must not freeze the view
     if once:
         from rich.console import Console
 
         Console().print(render_status(client.status()))
         return
-    with Live(_frame(client, url), refresh_per_second=4) as live:
-        try:
-            while True:
-                time.sleep(interval)
+    # Ctrl-C sets a flag the loop checks, rather than raising KeyboardInterrupt wherever the main thread
+    # happens to be (inside rich's lock, say, which then deadlocks the exit): the view always closes.
+    stop = threading.Event()
+    try:
+        previous = signal.signal(signal.SIGINT, lambda *_: stop.set())
+    except ValueError:  # not the main thread: no handler of ours, Ctrl-C is the caller's business
+        previous = None
+    try:
+        with Live(_frame(client, url), refresh_per_second=4) as live:
+            while not stop.wait(interval):
                 live.update(_frame(client, url))
-        except KeyboardInterrupt:  # the way to leave a live view: no traceback
-            pass
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
 
 
 def _frame(client: SwarmClient, url: str):

@@ -216,9 +216,11 @@ class SwarmServer:
     async def _end(self, ep: LiveEpisode, reward: float, metadata: dict[str, Any]) -> EndOutcome:
         self.episodes.finish(ep, EpisodeEnd.ENDED)
         self.heartbeat(ep.client_id)
-        accepted, reason = await self._pool_episode(ep, reward, metadata)
-        if not ep.is_eval:
-            self._train_episode_done.set()
+        try:
+            accepted, reason = await self._pool_episode(ep, reward, metadata)
+        finally:  # even on an unexpected error: a drain waiting for this episode must re-check
+            if not ep.is_eval:
+                self._train_episode_done.set()
         return self.episodes.record_outcome(ep, accepted, reason)
 
     async def _pool_episode(self, ep: LiveEpisode, reward: float, metadata: dict[str, Any]) -> tuple[bool, str]:
