@@ -18,8 +18,10 @@ from engine.fsutil import atomic_write_text
 class MetricsLog:
     def __init__(self, run_dir: str | Path | None) -> None:
         self.paths: list[Path] = []
-        if run_dir is not None:
-            self.paths.append(Path(run_dir) / "metrics.jsonl")
+        # The run dir's own file: the only one `supersede_after` rewrites.
+        self.run_path = Path(run_dir) / "metrics.jsonl" if run_dir is not None else None
+        if self.run_path is not None:
+            self.paths.append(self.run_path)
         extra = os.environ.get("A3R_METRICS_FILE")
         if extra:
             self.paths.append(Path(extra))
@@ -33,9 +35,9 @@ class MetricsLog:
 
     def supersede_after(self, step: int) -> int:
         """Drop the run dir's records of steps after `step` (they will be retrained); returns how many."""
-        if not self.paths or self.paths[0].name != "metrics.jsonl" or not self.paths[0].exists():
+        path = self.run_path
+        if path is None or not path.exists():
             return 0
-        path = self.paths[0]
         lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
         kept = [line for line in lines if not _after(line, step)]
         if len(kept) < len(lines):

@@ -30,8 +30,9 @@ def _steps(metrics: Path) -> list[int]:
     return [int(r["step"]) for r in records if "eval_accuracy" not in r]  # the server's per-step records
 
 
-def _train_and_kill_once(tmp_path: Path, **job_overrides) -> tuple[subprocess.Popen, Path, str]:
-    """Run `swarm train`, SIGKILL its server right after step 1's metrics appear, wait for the command."""
+def _train_and_kill_once(tmp_path: Path, after_step_1: bool = True, **job_overrides) -> tuple[subprocess.Popen, Path, str]:
+    """Run `swarm train`, SIGKILL its server right after step 1's metrics appear (or as soon as it is
+    rolling), and wait for the command."""
     job = {
         "task": "arithmetic",
         "eval_size": 0,
@@ -54,8 +55,14 @@ def _train_and_kill_once(tmp_path: Path, **job_overrides) -> tuple[subprocess.Po
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err_file, env={**os.environ, "COLUMNS": "400"})
     try:
         metrics = run_dir / "metrics.jsonl"
+
+        def reached() -> bool:
+            if after_step_1:
+                return metrics.exists() and bool(metrics.read_text().strip())
+            return "server ROLLING" in stderr.read_text()
+
         deadline = time.monotonic() + 240
-        while not (metrics.exists() and metrics.read_text().strip()):
+        while not reached():
             assert proc.poll() is None, stderr.read_text()[-3000:]
             assert time.monotonic() < deadline, "no training step within 240 s"
             time.sleep(0.02)
@@ -83,7 +90,7 @@ def test_a_killed_server_is_restarted_and_retrained_steps_replace_their_metrics(
 
 @pytest.mark.slow
 def test_a_server_that_keeps_dying_ends_swarm_train_with_a_clear_message(tmp_path):
-    proc, run_dir, err = _train_and_kill_once(tmp_path, max_server_restarts=0)
+    proc, run_dir, err = _train_and_kill_once(tmp_path, after_step_1=False, max_server_restarts=0)
     assert proc.returncode == 1, err[-3000:]
     assert "swarm train: the training server exited with code -9" in err
     assert f"--run-dir {run_dir}" in err and str(run_dir / "server.log") in err
@@ -101,4 +108,10 @@ def test_supersede_drops_only_records_after_the_resumed_step(tmp_path, monkeypat
     assert log.supersede_after(1) == 3
     kept = (tmp_path / "metrics.jsonl").read_text().splitlines()
     assert kept == ['{"step": 0, "eval_accuracy": 0.1}', '{"step": 1, "pg_loss": 0.5}', "not json"]
-    assert log.supersede_after(1) == 0 and MetricsLog(None).supersede_after(0) == 0
+    assert log.supersede_after(1) == 0
+    # A3R's file is tailed by byte offset: never rewritten, even when it is the only one
+    a3r_file = tmp_path / "a3r" / "metrics.jsonl"
+    monkeypatch.setenv("A3R_METRICS_FILE", str(a3r_file))
+    a3r_only = MetricsLog(None)
+    a3r_only.write({"step": 5, "pg_loss": 0.1})
+    assert a3r_only.supersede_after(0) == 0 and a3r_file.read_text() == '{"step": 5, "pg_loss": 0.1}\n'
