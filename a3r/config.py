@@ -84,6 +84,18 @@ class HostSpec(_Frozen):
 
     _normalise_slots = field_validator("slots", mode="before")(classmethod(lambda cls, v: _slots(v)))
 
+    @field_validator("address")
+    @classmethod
+    def _address(cls, v: str | None) -> str | None:
+        # The address becomes an ssh argument: "-oProxyCommand=..." would be read as an option and run
+        # a local command, so an address may not start with '-' (nor hold whitespace, never a host).
+        if v is not None and (v.startswith("-") or any(c.isspace() for c in v)):
+            raise ValueError(
+                f"address {v!r} must be [user@]host: no leading '-' (ssh would read it as an option) "
+                "and no whitespace"
+            )
+        return v
+
     @model_validator(mode="after")
     def _check(self) -> HostSpec:
         if not _NAME.match(self.name):

@@ -12,7 +12,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from engine.config import SwarmConfig
-from engine.errors import ConfigError, SwarmError
+from engine.errors import ConfigError, ServerLost, SwarmError
 from engine.teams.config import SyncMode, TeamMethod
 
 
@@ -75,6 +75,8 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
+    import httpx
+
     from engine.jobs import TrainJob, read_job_yaml, train
 
     # Overrides that can make the file's job valid (a team's method, the task) apply before validation.
@@ -92,7 +94,20 @@ def _cmd_train(args: argparse.Namespace) -> int:
     training["max_steps"] = args.steps or training["max_steps"] or 10
     job = TrainJob.model_validate(data)
     run_dir = Path(args.run_dir or os.environ.get("A3R_RUN_DIR") or f"runs/{job.task}-{int(time.time())}")
-    summary = train(job, run_dir)
+    try:
+        summary = train(job, run_dir)
+    except ServerLost as e:
+        print(f"swarm train: {e}", file=sys.stderr)
+        return 1
+    except httpx.TransportError as e:
+        # The server is running but stopped answering (train() restarts only a server that exited).
+        print(
+            f"swarm train: lost the connection to the training server ({type(e).__name__}: {e}) while it "
+            f"still runs (its log: {run_dir / 'server.log'}). Rerun the same command with --run-dir {run_dir} "
+            "to resume from the last checkpoint.",
+            file=sys.stderr,
+        )
+        return 1
     print(json.dumps({k: v for k, v in summary.items() if k != "final_status"}, indent=2))
     return 0
 

@@ -90,6 +90,12 @@ class TrainingConfig(_Frozen):
     merge: Literal["off", "token", "text"] = Field(
         "token", description="Timeline merging: token ids (exact) or text (merges more, tolerates tokenizer drift)."
     )
+    strip_reasoning: bool = Field(
+        False,
+        description="Text merging ignores <think>...</think> spans, so replies of templates that drop earlier "
+        "reasoning from the history (Qwen3-style) still merge. Needs merge='text'; see engine.tracking.merging "
+        "for the context mismatch it trades for fewer samples.",
+    )
     share_prefix: bool = Field(
         True, description="Run a prefix common to a micro-batch's rows (a group's prompt) once per forward."
     )
@@ -172,6 +178,11 @@ class SwarmConfig(_Frozen):
             raise ConfigError(
                 f"collaboration needs the client to trigger each step once the shared samples are in; "
                 f"pool.policy={self.pool.policy!r} would train before. Set pool.policy to 'any_client_agrees'."
+            )
+        if t.strip_reasoning and t.merge != "text":
+            raise ConfigError(
+                f"training.strip_reasoning only changes text merging, but training.merge is {t.merge!r}; "
+                "set merge: text, or drop strip_reasoning."
             )
         from engine.algorithms import advantage_names, policy_loss_defaults, policy_loss_names
 

@@ -13,8 +13,16 @@ class IllegalTransition(SwarmError, RuntimeError):
     """A state machine was asked for a transition its table does not allow."""
 
 
+class AuthenticationFailed(SwarmError):
+    """A request's credentials are missing, unknown or forged (HTTP 401).
+
+    Deliberately not a `PermissionError`: an OS permission error raised while serving a request is a
+    server fault and must never be reported to the client as bad credentials.
+    """
+
+
 class EpisodeNotFound(SwarmError, KeyError):
-    """No live episode has this key (never issued, already ended, aborted or expired)."""
+    """The key belongs to an episode this server issued that is no longer live (ended, aborted or expired)."""
 
 
 class EpisodeRejected(SwarmError, RuntimeError):
@@ -27,6 +35,14 @@ class EpisodeRejected(SwarmError, RuntimeError):
 
 class BadRequest(SwarmError, ValueError):
     """A request is malformed in a way the client can fix."""
+
+
+class JournalCorrupt(SwarmError):
+    """The pool journal cannot be replayed (a damaged line before its end, or an unknown record)."""
+
+
+class ServerLost(SwarmError, RuntimeError):
+    """A job's own server kept dying: it was restarted as often as the job allows and died again."""
 
 
 class ModelLoadError(SwarmError, RuntimeError):

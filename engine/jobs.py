@@ -26,13 +26,14 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import httpx
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from rich.console import Console
 
 from engine.client import SwarmClient, run_episodes
 from engine.config import SwarmConfig
-from engine.errors import ConfigError
+from engine.errors import ConfigError, ServerLost
 from engine.tasks import get_task
 from engine.tasks.base import HELD_OUT_SEED, split_items
 from engine.teams.config import TeamConfig, TeamMethod
@@ -70,6 +71,13 @@ class TrainJob(BaseModel):
     )
     team: TeamConfig | None = Field(
         None, description="Several models, one server each: non-shared multi-model or HACPO-style groups."
+    )
+    max_server_restarts: int = Field(
+        3,
+        ge=0,
+        description="How often the job restarts a server that died (killed, out of memory) before giving up; "
+        "each restart resumes from the last checkpoint, retraining the steps after it. Single-server jobs "
+        "(a task or a mix); a team stops with the agent's log instead.",
     )
     keep_final_checkpoint: bool = Field(
         True,
@@ -149,14 +157,25 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    """A `swarm serve` subprocess on loopback with a fresh admin token."""
+    """A `swarm serve` subprocess on loopback with a fresh admin token.
+
+    The constructor returns once the server answers /health; if it does not within `health_timeout_s`
+    (or exits first), the process is stopped before the error is raised, so a failed start leaves no
+    server behind.
+    """
 
     def __init__(
-        self, run_dir: Path | None, log_path: Path | None = None, port: int | None = None, a3r_metrics: bool = True
+        self,
+        run_dir: Path | None,
+        log_path: Path | None = None,
+        port: int | None = None,
+        health_timeout_s: float = 60.0,
+        a3r_metrics: bool = True,
     ) -> None:
         self.port = port or free_port()
         self.token = "sk-admin-" + secrets.token_urlsafe(24)
         self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
         cmd = [sys.executable, "-m", "engine.cli", "serve", "--port", str(self.port)]
         if run_dir is not None:
             cmd += ["--run-dir", str(run_dir)]
@@ -164,18 +183,26 @@ class ServerProcess:
         env = {**os.environ, "SWARM_ADMIN_TOKEN": self.token, "SWARM_EXIT_WITH_PARENT": str(os.getpid())}
         if not a3r_metrics:  # several servers of one job: the job writes A3R's metrics, labelled per agent
             env.pop("A3R_METRICS_FILE", None)
-        out = open(log_path, "ab") if log_path else subprocess.DEVNULL
-        self.proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
-        self._wait_healthy()
+        if log_path is None:
+            self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        else:
+            with open(log_path, "ab") as out:  # the child keeps its own copy of the descriptor
+                self.proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            self._wait_healthy(health_timeout_s)
+        except BaseException:  # also Ctrl-C while waiting: never leave the server running
+            self.stop()
+            raise
 
-    def _wait_healthy(self, timeout: float = 60.0) -> None:
+    def _wait_healthy(self, timeout: float) -> None:
         import httpx
 
+        see_log = f"; see {self.log_path}" if self.log_path else ""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(
-                    f"swarm server exited with code {self.proc.returncode} before becoming healthy"
+                    f"swarm server exited with code {self.proc.returncode} before becoming healthy{see_log}"
                 )
             try:
                 if httpx.get(self.url + "/health", timeout=1.0).status_code == 200:
@@ -183,12 +210,13 @@ class ServerProcess:
             except httpx.HTTPError:
                 pass
             time.sleep(0.1)
-        raise TimeoutError("swarm server did not become healthy in time")
+        raise TimeoutError(f"swarm server did not answer /health within {timeout:g} s{see_log}")
 
     def client(self, client_id: str = "trainer") -> SwarmClient:
         return SwarmClient(self.url, admin_token=self.token, client_id=client_id)
 
     def stop(self) -> None:
+        """Terminate the server (SIGTERM, then SIGKILL after 10 s) and reap it."""
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -231,7 +259,13 @@ def _evaluate_mix(clients: dict[str, SwarmClient], job: TrainJob, held_out: dict
 
 
 def train(job: TrainJob, run_dir: Path) -> dict:
-    """Run the job to `swarm.training.max_steps` and return the summary (also written to run_dir)."""
+    """Run the job to `swarm.training.max_steps` and return the summary (also written to run_dir).
+
+    A single-server job owns its server: one that dies is restarted, up to `job.max_server_restarts`
+    times, and resumes from its last checkpoint (the server reloads it, the job continues at the server's
+    step, the metrics of retrained steps are superseded); then `ServerLost` says what happened and how to
+    resume. A team (engine.teams) runs its own servers.
+    """
     if job.team is not None:
         from engine.teams.train import train_team
 
@@ -242,6 +276,52 @@ def train(job: TrainJob, run_dir: Path) -> dict:
         raise ConfigError("swarm train needs swarm.training.max_steps (how many optimizer steps to run)")
     cfg = job.server_config(run_dir)
     per_batch = job.tasks_per_batch()
+    name = "+".join(per_batch) if job.mix else job.task
+    summary: dict = {"task": name, "model": cfg.model.name, "max_steps": max_steps, "evals": []}
+    if job.mix:
+        summary["mix"] = per_batch
+    log_path = run_dir / "server.log"
+    restarts = 0
+    while True:
+        server = ServerProcess(run_dir, log_path=log_path)
+        try:
+            _drive(server, job, cfg, run_dir, summary)
+            break
+        except httpx.TransportError as e:
+            code = _exit_code(server)
+            if code is None:
+                raise  # the server is alive but unreachable: not something a restart fixes
+            restarts += 1
+            if restarts > job.max_server_restarts:
+                raise ServerLost(
+                    f"the training server exited with code {code} ({type(e).__name__}: {e}) and was already "
+                    f"restarted {job.max_server_restarts} time(s); its log: {log_path}. Rerun the same command "
+                    f"with --run-dir {run_dir} to resume from the last checkpoint."
+                ) from e
+            console.print(
+                f"[yellow]the training server exited with code {code}; restarting it from the last checkpoint "
+                f"(restart {restarts} of at most {job.max_server_restarts}; its log: {log_path})"
+            )
+        finally:
+            server.stop()
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    if not job.keep_final_checkpoint:
+        shutil.rmtree(checkpoints_dir(run_dir), ignore_errors=True)
+    return summary
+
+
+def _exit_code(server: ServerProcess, grace_s: float = 5.0) -> int | None:
+    """The server's exit code, waiting briefly for a dying one; None if it is still running."""
+    try:
+        return server.proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def _drive(server: ServerProcess, job: TrainJob, cfg: SwarmConfig, run_dir: Path, summary: dict) -> None:
+    """Train from the server's current step to max_steps, evaluating as the job asks (fills `summary`)."""
+    max_steps = cfg.training.max_steps
+    per_batch = job.tasks_per_batch()
     N = cfg.pool.group_size
     data = {
         t: split_items(get_task(t), n * max_steps, job.eval_size, job.seed, job.eval_seed) for t, n in per_batch.items()
@@ -250,12 +330,6 @@ def train(job: TrainJob, run_dir: Path) -> dict:
     # Held-out accuracy goes where the server's per-step metrics go (run dir, and A3R's metrics file).
     log = MetricsLog(run_dir)
     sampling = {"temperature": job.temperature, "max_tokens": job.max_tokens}
-
-    server = ServerProcess(run_dir, log_path=run_dir / "server.log")
-    name = "+".join(per_batch) if job.mix else job.task
-    summary: dict = {"task": name, "model": cfg.model.name, "max_steps": max_steps, "evals": []}
-    if job.mix:
-        summary["mix"] = per_batch
     # In a mix each task is its own client: the server's per-client throttle keeps every batch to the mix.
     clients = {t: server.client(t if job.mix else "trainer") for t in per_batch}
     try:
@@ -264,7 +338,9 @@ def train(job: TrainJob, run_dir: Path) -> dict:
         st = client.start(wait=True)
         step = st["global_step"]
         console.print(f"server ROLLING at step {step} ({cfg.model.name}, {cfg.algorithm.policy_loss})")
-        if job.eval_size and step == 0:
+        # After a restart, evaluations past the resumed step belong to steps that are trained again.
+        summary["evals"] = [e for e in summary["evals"] if e["step"] <= step]
+        if job.eval_size and step == 0 and "accuracy_before" not in summary:  # not again after a restart
             summary["accuracy_before"] = _evaluate_mix(clients, job, held_out, "before", 0, log)
         while step < max_steps:
             rewards = _run_mixed_step(clients, job, data, per_batch, step, N, sampling)
@@ -285,11 +361,6 @@ def train(job: TrainJob, run_dir: Path) -> dict:
     finally:
         for c in clients.values():
             c.close()
-        server.stop()
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-    if not job.keep_final_checkpoint:
-        shutil.rmtree(checkpoints_dir(run_dir), ignore_errors=True)
-    return summary
 
 
 def _run_mixed_step(clients, job: TrainJob, data, per_batch: dict[str, int], step: int, N: int, sampling) -> dict[str, float]:

@@ -35,11 +35,12 @@ class LiveServer:
 
 @pytest.fixture
 def live_server():
-    """Factory: live_server(config) -> started LiveServer (ROLLING); all are closed at teardown."""
+    """Factory: live_server(config, start, backend_factory) -> LiveServer (ROLLING unless start=False);
+    all are closed at teardown."""
     servers: list[LiveServer] = []
 
-    def make(config: SwarmConfig | None = None, start: bool = True) -> LiveServer:
-        srv = LiveServer(config or SwarmConfig())
+    def make(config: SwarmConfig | None = None, start: bool = True, backend_factory=default_backend_factory) -> LiveServer:
+        srv = LiveServer(config or SwarmConfig(), backend_factory)
         servers.append(srv)
         if start:
             with srv.client() as c:

@@ -20,7 +20,10 @@ class ThreadedUvicorn:
 
         import uvicorn
 
-        self._uv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+        # The swarm server's own settings (keep-alive above all), so tests see what `swarm serve` runs.
+        from engine.server.serve import uvicorn_config
+
+        self._uv = uvicorn.Server(uvicorn_config(app, "127.0.0.1", port))
         self._thread = threading.Thread(target=self._uv.run, daemon=True)
         self._thread.start()
         deadline = time.monotonic() + 30
@@ -32,6 +35,64 @@ class ThreadedUvicorn:
     def close(self) -> None:
         self._uv.should_exit = True
         self._thread.join(timeout=30)
+
+
+class ScriptedInference:
+    """An `InferenceEngine` whose "model" replies from a script, token by token, with a delay per token.
+
+    The tiny model's random weights never write a `<tool_call>`, so the tool-call reply path and
+    streaming with tools need replies we choose. Everything else stays real: the server renders and
+    records prompts with the real tokenizer, the reply's ids are that tokenizer's encoding of the
+    scripted text plus the end-of-turn id (as a sampled reply would end), and `on_token` fires per token
+    while "sampling", so streaming is exercised as with a real model. Use `scripted_backend_factory`.
+    """
+
+    def __init__(self, tokenizer, replies: list[str], stop_token_ids: tuple[int, ...], token_delay_s: float = 0.0):
+        self.tokenizer = tokenizer
+        self.replies = list(replies)
+        self.stop_token_ids = stop_token_ids
+        self.token_delay_s = token_delay_s
+        self.prompts: list[list[int]] = []
+
+    async def generate(self, prompt_ids, params, on_token=None):
+        import asyncio
+
+        from engine.backends.base import Completion
+
+        if not self.replies:
+            raise AssertionError("the script has no reply left for this call")
+        self.prompts.append(list(prompt_ids))
+        text = self.replies.pop(0)
+        ids = self.tokenizer.encode(text, add_special_tokens=False) + [self.stop_token_ids[0]]
+        for token_id in ids:
+            if on_token is not None:
+                on_token(0, token_id)
+            await asyncio.sleep(self.token_delay_s)
+        return [Completion(ids, [-0.5] * len(ids), "stop", text)]
+
+    async def pause(self) -> None:
+        return None
+
+    def resume(self) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+def scripted_backend_factory(replies: list[str], token_delay_s: float = 0.0):
+    """A backend factory: the real torch backend (tiny model, tokenizer, trainer) with scripted inference."""
+
+    def make(cfg):
+        from engine.server.serve import default_backend_factory
+
+        backend = default_backend_factory(cfg)
+        stops = backend.inference.stop_token_ids
+        backend.inference.close()
+        backend.inference = ScriptedInference(backend.tokenizer, replies, stops, token_delay_s)
+        return backend
+
+    return make
 
 
 def serve_process(run_dir, port: int, *extra: str):
@@ -56,6 +117,7 @@ def serve_process(run_dir, port: int, *extra: str):
         except httpx.HTTPError:
             time.sleep(0.1)
     proc.kill()
+    proc.wait()
     raise TimeoutError("server did not come up")
 
 

@@ -65,7 +65,8 @@ class SshHost:
         if s.identity_file:
             argv += ["-i", str(Path(s.identity_file).expanduser()), "-o", "IdentitiesOnly=yes"]
         argv += ["-t"] if tty else ["-T"]
-        return [*argv, s.address, remote_cmd]
+        # "--" ends ssh's options: the address is a destination even if validation were bypassed.
+        return [*argv, "--", s.address, remote_cmd]
 
     def _run(self, remote_cmd: str, *, stdin: bytes | None = None, timeout: float = 30.0) -> bytes:
         try:

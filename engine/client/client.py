@@ -254,7 +254,9 @@ class Episode:
         try:
             self._client._episode_call(self.api_key, "/v1/episode/abort")
         except SwarmHTTPError as e:
-            if e.status != 404:  # already expired server-side: nothing left to abort
+            # 404: already finished server-side (expired); 401: a key the server no longer knows (it
+            # restarted since). Either way there is nothing left to abort.
+            if e.status not in (401, 404):
                 raise
         self.outcome = EpisodeOutcome(self.episode_id, False, "aborted")
 

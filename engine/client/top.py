@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-import time
+import signal
+import threading
 
+import httpx
 from rich.console import Group
 from rich.live import Live
 from rich.progress_bar import ProgressBar
@@ -49,16 +51,37 @@ def render_status(st: dict) -> Group:
 
 
 def top(url: str, token: str | None, interval: float = 1.0, once: bool = False) -> None:
-    client = SwarmClient(url, admin_token=token)
+    """Show the server's status, refreshed every `interval` seconds until Ctrl-C (or once).
+
+    A server that stops answering (stopped, killed, restarting) or refuses the token is shown as such
+    and polled again: `top` outlives the server it watches.
+    """
+    client = SwarmClient(url, admin_token=token, timeout=10.0)  # a hung server must not freeze the view
     if once:
         from rich.console import Console
 
         Console().print(render_status(client.status()))
         return
-    with Live(render_status(client.status()), refresh_per_second=4) as live:
-        while True:
-            time.sleep(interval)
-            try:
-                live.update(render_status(client.status()))
-            except (SwarmHTTPError, OSError) as e:
-                live.update(f"[red]cannot reach {url}: {e}")
+    # Ctrl-C sets a flag the loop checks, rather than raising KeyboardInterrupt wherever the main thread
+    # happens to be (inside rich's lock, say, which then deadlocks the exit): the view always closes.
+    stop = threading.Event()
+    try:
+        previous = signal.signal(signal.SIGINT, lambda *_: stop.set())
+    except ValueError:  # not the main thread: no handler of ours, Ctrl-C is the caller's business
+        previous = None
+    try:
+        with Live(_frame(client, url), refresh_per_second=4) as live:
+            while not stop.wait(interval):
+                live.update(_frame(client, url))
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _frame(client: SwarmClient, url: str):
+    try:
+        return render_status(client.status())
+    except SwarmHTTPError as e:  # a wrong token, say
+        return f"[red]{url} refused the status request: {e}"
+    except httpx.HTTPError as e:  # httpx's transport errors are not OSErrors
+        return f"[red]cannot reach {url}: {e}"

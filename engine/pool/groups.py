@@ -75,6 +75,18 @@ class GroupTable:
         """Prepared groups waiting for their client's decision."""
         return [g for g, r in self._groups.items() if r.state is GroupState.PREPARED]
 
+    def decided(self) -> list[tuple[str, GroupState, list[MemberOutcome]]]:
+        """Committed and aborted groups with their members' outcomes (what a journal compaction keeps)."""
+        return [
+            (g, r.state, list(r.outcomes))
+            for g, r in self._groups.items()
+            if r.state is not GroupState.PREPARED
+        ]
+
+    def restore(self, group_id: str, state: GroupState, outcomes: list[MemberOutcome]) -> None:
+        """A decided group as a compacted journal records it: its state and members' outcomes."""
+        self._groups[group_id] = GroupRecord(state, outcomes=list(outcomes))
+
     def check_prepare(self, group_id: str) -> None:
         state = self.state(group_id)
         if state not in (GroupState.UNKNOWN, GroupState.PREPARED):
@@ -83,6 +95,17 @@ class GroupTable:
     def prepare(self, group_id: str, episode: EpisodeResult) -> None:
         self.check_prepare(group_id)
         self._groups.setdefault(group_id, GroupRecord(GroupState.PREPARED)).episodes.append(episode)
+
+    def unprepare(self, group_id: str, episode_id: str) -> bool:
+        """Take one episode back out of a prepared group (its record never became durable); a group left
+        empty is forgotten. False when the group is no longer prepared (decided meanwhile)."""
+        rec = self._groups.get(group_id)
+        if rec is None or rec.state is not GroupState.PREPARED:
+            return False
+        rec.episodes = [e for e in rec.episodes if e.episode_id != episode_id]
+        if not rec.episodes:
+            del self._groups[group_id]
+        return True
 
     def check_commit(self, group_id: str) -> bool:
         """True when the group must be committed now, False when it already is (a repeated commit)."""

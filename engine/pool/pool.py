@@ -1,78 +1,151 @@
 """The sample pool: finished training episodes grouped by task, with an optional durable journal.
 
-The pool is owned by the server's event loop (no locks). With a journal path, every accepted episode is
-appended and fsynced *before* the client is told it was accepted, and every batch taken for training is
-logged as consumed once its step is checkpointed, so a crashed server can rebuild exactly the episodes
-that were accepted but not yet trained on.
+The pool is owned by the server's event loop (no locks): its memory changes synchronously, in the loop,
+and the journal's file work (`engine.pool.journal`) runs on a writer thread in the same order. With a
+journal path, every accepted episode's `add` record is fsynced *before* the client is told it was
+accepted (the server awaits the future `add` returns), and every batch taken for training is logged as
+consumed once its step is checkpointed, so a crashed server can rebuild exactly the episodes that were
+accepted but not yet trained on.
+
+Journal records, one JSON object per line: `add` (an accepted episode), `trained` and `discard` (seqs
+that left for good), `prepare`, `commit` and `abort` (episode groups, below), and, written only by a
+compaction, `seq` (the next sequence number, first) and `group` (a decided group).
 
 Episode groups (two-phase commit, see engine.pool.groups) journal `prepare` (the finished episode, outside
 the pool), then `commit` (the seqs it takes in the pool) or `abort`; a replay restores prepared groups as
-still in doubt, committed ones into the pool and aborted ones nowhere.
+still in doubt, committed ones into the pool and aborted ones nowhere. Like `add`, `prepare`,
+`commit_group` and `abort_group` change memory at once and write their record on the writer thread: the
+server answers only once it is durable (the future `prepare` returns, `decision_write` for a commit or
+abort), so a group is never reported prepared, committed or aborted before that is on disk. A repeated
+commit or abort writes nothing and waits for the first one's write (or writes the record again when that
+write failed; replay skips a repeated decision), so a retry is never answered before the decision is
+durable either.
+
+Compaction: records of episodes that left the pool are dead weight, and a long run would grow the journal
+without bound. Once `compact_after` of them accumulate, the journal is rewritten (to a temporary file,
+then atomically renamed) with one `add` per episode that may still be replayed: pooled ones, and ones
+taken for training whose step is not checkpointed yet (committed groups' episodes and peers' imported
+samples among them, with their seqs), one `prepare` per episode of a group still in doubt, and one
+`group` record per decided group (its state and members' outcomes, without the episodes), so a restart
+still holds undecided groups in doubt and answers a repeated commit or abort as before, and a late
+prepare of a decided group is still refused. This does not depend on checkpoints happening.
+Because writes keep their submission order, a compaction snapshot taken in the loop already holds every
+episode whose `add` was submitted before it.
 """
 
 from __future__ import annotations
 
-import json
-import os
+import logging
 from collections import defaultdict
+from concurrent.futures import Future
 from pathlib import Path
 
 from engine.pool.groups import GroupState, GroupTable, MemberOutcome
+from engine.pool.journal import PoolJournal
 from engine.pool.policies import Selection, select_batch
 from engine.types import EpisodeResult
 
+# Dead journal records that trigger a compaction: rare enough that rewriting the live episodes costs
+# little per append, small enough that the file stays within a few thousand lines.
+COMPACT_AFTER_RECORDS = 2048
+
+log = logging.getLogger("swarm.pool")
+
 
 class SamplePool:
-    def __init__(self, journal: Path | None = None) -> None:
+    """Finished training episodes by task, in arrival order, optionally journaled (module docstring).
+
+    `background=True` moves the journal's file work onto its writer thread (the server's choice); the
+    methods that write return the write's future either way.
+    """
+
+    def __init__(
+        self, journal: Path | None = None, compact_after: int = COMPACT_AFTER_RECORDS, background: bool = False
+    ) -> None:
         self._groups: dict[str, list[EpisodeResult]] = defaultdict(list)
+        # Taken for training but not yet marked trained: the journal must keep replaying them.
+        self._taken: dict[int, EpisodeResult] = {}
         self._next_seq = 1
-        self._journal = journal
+        self._journal = PoolJournal(journal, background) if journal is not None else None
+        self._compact_after = compact_after
+        self._records = 0  # episode and group records in the journal file (all lines but the `seq` header)
+        self._last_write: Future[None] = _done()
         self.discarded = 0
         self.group_table = GroupTable()
-        if journal is not None and journal.exists():
-            self._replay(journal)
+        # The record and write of each group's deciding commit/abort, for repeats (pruned once durable).
+        self._decisions: dict[str, tuple[dict, Future[None]]] = {}
+        if self._journal is not None:
+            self._replay(self._journal)
+            self._maybe_compact()
 
     # -- contents -------------------------------------------------------------------------------
-    def add(self, episode: EpisodeResult) -> None:
-        """Accept a finished episode (durably first, when journaled)."""
+    def add(self, episode: EpisodeResult) -> Future[None]:
+        """Accept a finished episode; the future completes once it is durable (at once without a journal).
+
+        The episode is in the pool from this call on; if the future fails, `withdraw` it.
+        """
         episode.seq = self._next_seq
         self._next_seq += 1
-        if self._journal is not None:
-            self._append({"op": "add", "episode": episode.to_dict()})
         self._groups[episode.task_id].append(episode)
+        written = self._append({"op": "add", "episode": episode.to_dict()})
+        self._maybe_compact()
+        return written
+
+    def withdraw(self, episode: EpisodeResult) -> bool:
+        """Take back an episode whose `add` could not be journaled; False if a batch already took it."""
+        if not any(e.seq == episode.seq for e in self._groups.get(episode.task_id, ())):
+            return False
+        self._remove([episode], op=None)
+        return True
 
     # -- episode groups (two-phase commit) -----------------------------------------------------
-    def prepare(self, group_id: str, episode: EpisodeResult) -> None:
-        """Hold a finished episode for `group_id` (durably first, when journaled); not in the pool yet."""
+    def prepare(self, group_id: str, episode: EpisodeResult) -> Future[None]:
+        """Hold a finished episode for `group_id`, not in the pool yet; the future completes once durable.
+
+        If the future fails, `unprepare` the episode.
+        """
         self.group_table.check_prepare(group_id)
-        if self._journal is not None:
-            self._append({"op": "prepare", "group": group_id, "episode": episode.to_dict()})
         self.group_table.prepare(group_id, episode)
+        written = self._append({"op": "prepare", "group": group_id, "episode": episode.to_dict()})
+        self._maybe_compact()
+        return written
+
+    def unprepare(self, group_id: str, episode: EpisodeResult) -> bool:
+        """Take back a prepared episode whose record could not be journaled; False if its group was decided."""
+        return self.group_table.unprepare(group_id, episode.episode_id)
 
     def commit_group(self, group_id: str) -> list[MemberOutcome]:
         """Move a prepared group's episodes into the pool (idempotent); returns what each member became.
 
         Episodes without any LLM call are not pooled (nothing to train on); their ids are still answered.
+        Answer only once `decision_write(group_id)` is done.
         """
         if self.group_table.check_commit(group_id):
-            episodes = self.group_table.episodes(group_id)
-            trainable = [e for e in episodes if e.timelines]
+            trainable = [e for e in self.group_table.episodes(group_id) if e.timelines]
             seqs = list(range(self._next_seq, self._next_seq + len(trainable)))
-            if self._journal is not None:  # one record decides the whole group on this server
-                self._append({"op": "commit", "group": group_id, "seqs": seqs})
             for ep in self._number_committed(group_id, seqs):
                 self._groups[ep.task_id].append(ep)
+            # One record decides the whole group on this server.
+            self._decide(group_id, {"op": "commit", "group": group_id, "seqs": seqs})
+        else:
+            self._redecide_failed(group_id)
         return self.group_table.outcomes(group_id)
 
     def abort_group(self, group_id: str) -> bool:
         """Drop a group's prepared episodes (idempotent; an unknown group is recorded as aborted, so a
-        late prepare of it is refused). True when this call aborted it."""
+        late prepare of it is refused). True when this call aborted it. Answer only once
+        `decision_write(group_id)` is done."""
         if not self.group_table.check_abort(group_id):
+            self._redecide_failed(group_id)
             return False
-        if self._journal is not None:
-            self._append({"op": "abort", "group": group_id})
         self.group_table.resolve(group_id, GroupState.ABORTED)
+        self._decide(group_id, {"op": "abort", "group": group_id})
         return True
+
+    def decision_write(self, group_id: str) -> Future[None]:
+        """The write of the record that decided `group_id` (commit or abort); done once it is durable."""
+        pending = self._decisions.get(group_id)
+        return _done() if pending is None else pending[1]
 
     def _number_committed(self, group_id: str, seqs: list[int]) -> list[EpisodeResult]:
         """Mark a group committed and give its trainable episodes their pool seqs; returns them."""
@@ -82,6 +155,21 @@ class SamplePool:
         self._next_seq = max([self._next_seq, *(s + 1 for s in seqs)])
         self.group_table.resolve(group_id, GroupState.COMMITTED)
         return trainable
+
+    def _decide(self, group_id: str, record: dict) -> None:
+        written = self._append(record)
+        # Forget decisions that are durable: their repeats need not wait for anything.
+        for g in [g for g, (_, f) in self._decisions.items() if f.done() and f.exception() is None]:
+            del self._decisions[g]
+        self._decisions[group_id] = (record, written)
+        self._maybe_compact()
+
+    def _redecide_failed(self, group_id: str) -> None:
+        """A repeated decision: write it again if the first write failed (else it waits for that one)."""
+        pending = self._decisions.get(group_id)
+        if pending is not None and pending[1].done() and pending[1].exception() is not None:
+            # Replay skips a repeated decision, so writing it again is safe even if the first one landed.
+            self._decide(group_id, pending[0])
 
     def __len__(self) -> int:
         return sum(len(g) for g in self._groups.values())
@@ -111,17 +199,28 @@ class SamplePool:
     def take(self, batch: list[EpisodeResult]) -> None:
         """Remove a batch from the pool (in memory only; the journal records it at `mark_trained`)."""
         self._remove(batch, op=None)
+        self._taken.update((e.seq, e) for e in batch)
 
-    def mark_trained(self, batch: list[EpisodeResult]) -> None:
+    def mark_trained(self, batch: list[EpisodeResult]) -> Future[None]:
         """Record durably that a batch's step is checkpointed; those episodes will not be replayed."""
-        if self._journal is not None:
-            self._append({"op": "trained", "seqs": [e.seq for e in batch]})
+        for e in batch:
+            self._taken.pop(e.seq, None)
+        written = self._append({"op": "trained", "seqs": [e.seq for e in batch]})
+        written.add_done_callback(_log_failure)
+        self._maybe_compact()
+        return written
 
     def restore(self, batch: list[EpisodeResult]) -> None:
         """Put a batch back (its training step failed), keeping arrival order."""
         for e in batch:
+            self._taken.pop(e.seq, None)
             self._groups[e.task_id].append(e)
             self._groups[e.task_id].sort(key=lambda x: x.seq)
+
+    def close(self) -> None:
+        """Wait for the journal's pending writes and stop its writer (blocking)."""
+        if self._journal is not None:
+            self._journal.close()
 
     # -- journal --------------------------------------------------------------------------------
     def _remove(self, episodes: list[EpisodeResult], op: str | None) -> None:
@@ -132,39 +231,89 @@ class SamplePool:
                 self._groups[task] = kept
             else:
                 del self._groups[task]
-        if op is not None and self._journal is not None:
-            self._append({"op": op, "seqs": sorted(seqs)})
+        if op is not None:
+            self._append({"op": op, "seqs": sorted(seqs)}).add_done_callback(_log_failure)
+            self._maybe_compact()
 
-    def _append(self, record: dict) -> None:
-        assert self._journal is not None
-        self._journal.parent.mkdir(parents=True, exist_ok=True)
-        with open(self._journal, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+    def _append(self, record: dict) -> Future[None]:
+        if self._journal is None:
+            return _done()
+        self._records += 1
+        self._last_write = self._journal.append(record)
+        return self._last_write
 
-    def _replay(self, journal: Path) -> None:
+    def last_write(self) -> Future[None]:
+        """The latest record appended: once it is written, so is every earlier one (writes run in order).
+
+        A failed compaction is not one of them: it loses nothing (the journal it would replace stays)."""
+        return self._last_write
+
+    def _maybe_compact(self) -> None:
+        """Rewrite the journal once its dead records reach the threshold (module docstring: what stays)."""
+        if self._journal is None:
+            return
+        decided = self.group_table.decided()
+        in_doubt = [(g, e) for g in self.group_table.in_doubt() for e in self.group_table.episodes(g)]
+        live = len(self) + len(self._taken) + len(decided) + len(in_doubt)
+        if self._records - live < self._compact_after:
+            return
+        pooled = [e for g in self._groups.values() for e in g]
+        episodes = sorted([*pooled, *self._taken.values()], key=lambda e: e.seq)
+        records: list[dict] = [{"op": "seq", "next": self._next_seq}]
+        records += [
+            {"op": "group", "group": g, "state": state.value, "outcomes": [[m.episode_id, m.accepted, m.reason] for m in outcomes]}
+            for g, state, outcomes in decided
+        ]
+        records += [{"op": "prepare", "group": g, "episode": e.to_dict()} for g, e in in_doubt]
+        records += [{"op": "add", "episode": e.to_dict()} for e in episodes]
+        self._journal.rewrite(records).add_done_callback(_log_failure)
+        self._records = len(records) - 1
+
+    def _replay(self, journal: PoolJournal) -> None:
         live: dict[int, EpisodeResult] = {}
-        with open(journal, encoding="utf-8") as f:
-            for line in f:
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError:
-                    break  # a torn final line from a crash mid-append: that episode was never acknowledged
+        for lineno, rec in enumerate(journal.read(), 1):
+            try:
                 op = rec["op"]
                 if op == "add":
                     ep = EpisodeResult.from_dict(rec["episode"])
                     live[ep.seq] = ep
                     self._next_seq = max(self._next_seq, ep.seq + 1)
+                elif op in ("trained", "discard"):
+                    for s in rec["seqs"]:
+                        live.pop(s, None)
                 elif op == "prepare":
                     self.group_table.prepare(rec["group"], EpisodeResult.from_dict(rec["episode"]))
                 elif op == "commit":
-                    for ep in self._number_committed(rec["group"], rec["seqs"]):
-                        live[ep.seq] = ep
+                    # A repeated commit record (rewritten after a failed write) decides nothing new.
+                    if self.group_table.state(rec["group"]) is not GroupState.COMMITTED:
+                        for ep in self._number_committed(rec["group"], rec["seqs"]):
+                            live[ep.seq] = ep
                 elif op == "abort":
                     self.group_table.resolve(rec["group"], GroupState.ABORTED)
+                elif op == "group":  # a decided group, as a compaction keeps it
+                    outcomes = [MemberOutcome(str(i), bool(a), str(r)) for i, a, r in rec["outcomes"]]
+                    self.group_table.restore(rec["group"], GroupState(rec["state"]), outcomes)
+                elif op == "seq":
+                    self._next_seq = max(self._next_seq, int(rec["next"]))
+                    continue  # a header, not an episode record
                 else:
-                    for s in rec["seqs"]:
-                        live.pop(s, None)
+                    raise ValueError(f"unknown op {op!r}")
+                self._records += 1
+            except (ValueError, KeyError, TypeError) as e:
+                raise journal.damaged(lineno, e) from e
         for ep in sorted(live.values(), key=lambda e: e.seq):
             self._groups[ep.task_id].append(ep)
+
+
+def _done() -> Future[None]:
+    f: Future[None] = Future()
+    f.set_result(None)
+    return f
+
+
+def _log_failure(written: Future[None]) -> None:
+    # Discards, trained marks and compactions answer no client: a failed one is logged (a later replay
+    # may then bring back episodes that had left, which training tolerates; losing an accepted one it
+    # would not, which is why `add`'s failures go back to the caller).
+    if written.exception() is not None:
+        log.error("pool journal write failed: %s", written.exception())

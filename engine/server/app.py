@@ -1,7 +1,8 @@
 """HTTP surface of a swarm server (FastAPI). Maps domain errors to status codes; holds no state itself.
 
 Auth: the control plane and episode begin need `Authorization: Bearer <admin token>`; inference and
-episode end/abort need the episode's own key. Every 4xx carries `{"error": {"message", "type"}}`.
+episode end/abort need the episode's own key. Every 4xx carries OpenAI's error shape,
+`{"error": {"message", "type", "code"}}`, so OpenAI SDKs raise their matching exception classes.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pydantic import ValidationError
 from engine.backends.base import SamplingParams
 from engine.config import SwarmConfig
 from engine.errors import (
+    AuthenticationFailed,
     BadRequest,
     ConfigError,
     EpisodeNotFound,
@@ -48,18 +50,27 @@ from engine.server.schemas import (
 )
 
 
-def _error(status: int, message: str, kind: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": kind}}, status_code=status, headers=headers)
+def _error_body(message: str, kind: str, code: str | None = None) -> dict:
+    return {"error": {"message": message, "type": kind, "code": code}}
+
+
+def _error(
+    status: int, message: str, kind: str, code: str | None = None, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    return JSONResponse(_error_body(message, kind, code), status_code=status, headers=headers)
 
 
 def _bearer(authorization: str | None) -> str:
     if not authorization or not authorization.lower().startswith("bearer "):
-        raise PermissionError("missing 'Authorization: Bearer <key>' header")
+        raise AuthenticationFailed("missing 'Authorization: Bearer <key>' header")
     return authorization[7:].strip()
 
 
 def create_app(server: SwarmServer, admin_token: str, public_url: str | None = None, autostart: bool = False) -> FastAPI:
     """Build the ASGI app around a SwarmServer. `public_url` is what episode base_urls point at."""
+    if not admin_token:
+        # An empty token would make "Authorization: Bearer " an admin credential.
+        raise ConfigError("the admin token is empty; pass a non-empty token")
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -71,17 +82,19 @@ def create_app(server: SwarmServer, admin_token: str, public_url: str | None = N
     app = FastAPI(title="swarm server", version="0.1.0", lifespan=lifespan)
 
     # -- error mapping ----------------------------------------------------------------------------
-    @app.exception_handler(PermissionError)
-    async def _perm(_: Request, e: PermissionError):
-        return _error(401, str(e), "authentication_error")
+    @app.exception_handler(AuthenticationFailed)
+    async def _auth(_: Request, e: AuthenticationFailed):
+        return _error(401, str(e), "authentication_error", "invalid_api_key")
 
     @app.exception_handler(EpisodeNotFound)
     async def _nf(_: Request, e: EpisodeNotFound):
-        return _error(404, e.args[0] if e.args else "episode not found", "episode_not_found")
+        # KeyError's str() quotes its argument; the message is args[0].
+        return _error(404, e.args[0] if e.args else "episode not found", "episode_not_found", "episode_finished")
 
     @app.exception_handler(EpisodeRejected)
     async def _rej(_: Request, e: EpisodeRejected):
-        return _error(503, str(e), "not_ready", {"Retry-After": str(max(1, round(e.retry_after)))})
+        retry = {"Retry-After": str(max(1, round(e.retry_after)))}
+        return _error(503, str(e), "not_ready", headers=retry)
 
     @app.exception_handler(IllegalTransition)
     async def _ill(_: Request, e: IllegalTransition):
@@ -107,7 +120,7 @@ def create_app(server: SwarmServer, admin_token: str, public_url: str | None = N
     # -- auth dependencies ------------------------------------------------------------------------
     def require_admin(authorization: str | None = Header(None)) -> None:
         if not hmac.compare_digest(_bearer(authorization).encode(), admin_token.encode()):
-            raise PermissionError("invalid admin token")
+            raise AuthenticationFailed("invalid admin token")
 
     def episode_from_key(authorization: str | None = Header(None)) -> LiveEpisode:
         return server.episodes.get(_bearer(authorization))
@@ -115,7 +128,8 @@ def create_app(server: SwarmServer, admin_token: str, public_url: str | None = N
     # -- health and models ------------------------------------------------------------------------
     @app.get("/health")
     async def health():
-        return {"ok": True, "state": server.state.value}
+        """Liveness, the lifecycle state and the last boot or training error (None when healthy)."""
+        return {"ok": True, "state": server.state.value, "error": server.error}
 
     @app.get("/v1/models")
     async def models(authorization: str | None = Header(None)):
@@ -150,13 +164,7 @@ def create_app(server: SwarmServer, admin_token: str, public_url: str | None = N
 
     @app.post("/v1/episode/end", response_model=EndEpisodeResponse)
     async def end_episode(req: EndEpisodeRequest, authorization: str | None = Header(None)):
-        key = _bearer(authorization)
-        done = server.episodes.outcome(key)
-        if done is None:  # not a retry of an end that was already answered
-            ep = server.episodes.get(key)
-            if ep.calls_in_flight:
-                raise BadRequest("episode has calls in flight; end it after its last response arrives")
-            done = server.end_episode(ep, req.reward, req.metadata)
+        done = await server.end_episode(_bearer(authorization), req.reward, req.metadata)
         return EndEpisodeResponse(episode_id=done.episode_id, accepted=done.accepted, reason=done.reason)
 
     @app.post("/v1/episode/abort", response_model=EndEpisodeResponse)
@@ -167,16 +175,8 @@ def create_app(server: SwarmServer, admin_token: str, public_url: str | None = N
     # -- episode groups: two-phase commit (engine/pool/groups.py) ----------------------------------
     @app.post("/v1/episode/prepare", response_model=PrepareEpisodeResponse)
     async def prepare_episode(req: PrepareEpisodeRequest, authorization: str | None = Header(None)):
-        key = _bearer(authorization)
-        done = server.episodes.outcome(key)
-        if done is not None:  # a retry after a lost answer: same answer if it was this group's prepare
-            if done.group_id != req.group_id:
-                raise EpisodeNotFound(f"episode {done.episode_id} already finished ({done.reason or 'ended'})")
-            return PrepareEpisodeResponse(episode_id=done.episode_id, group_id=req.group_id)
-        ep = server.episodes.get(key)
-        if ep.calls_in_flight:
-            raise BadRequest("episode has calls in flight; prepare it after its last response arrives")
-        out = server.prepare_episode(ep, req.group_id, req.reward, req.metadata)
+        # A retry after a lost answer gets the same answer if it was this group's prepare (core.py).
+        out = await server.prepare_episode(_bearer(authorization), req.group_id, req.reward, req.metadata)
         return PrepareEpisodeResponse(episode_id=out.episode_id, group_id=req.group_id)
 
     def _group(group_id: str) -> GroupResponse:
@@ -185,12 +185,12 @@ def create_app(server: SwarmServer, admin_token: str, public_url: str | None = N
 
     @app.post("/swarm/groups/{group_id}/commit", response_model=GroupResponse, dependencies=[Depends(require_admin)])
     async def commit_group(group_id: str = Path(..., pattern=GROUP_ID_PATTERN)):
-        server.commit_group(group_id)
+        await server.commit_group(group_id)
         return _group(group_id)
 
     @app.post("/swarm/groups/{group_id}/abort", response_model=GroupResponse, dependencies=[Depends(require_admin)])
     async def abort_group(group_id: str = Path(..., pattern=GROUP_ID_PATTERN)):
-        server.abort_group(group_id)
+        await server.abort_group(group_id)
         return _group(group_id)
 
     @app.get("/swarm/groups/{group_id}", response_model=GroupResponse, dependencies=[Depends(require_admin)])
@@ -205,7 +205,7 @@ def create_app(server: SwarmServer, admin_token: str, public_url: str | None = N
 
     @app.post("/swarm/exchange", dependencies=[Depends(require_admin)])
     async def import_samples(batch: ExchangeBatch):
-        return server.import_samples(batch.samples)
+        return await server.import_samples(batch.samples)
 
     # -- control plane ----------------------------------------------------------------------------
     @app.post("/swarm/configure", dependencies=[Depends(require_admin)])
@@ -283,7 +283,8 @@ def _completion_body(completions, parsed, n_prompt: int, model: str) -> dict:
 
 
 async def _sse(server: SwarmServer, ep: LiveEpisode, req: ChatCompletionRequest, params: SamplingParams, model: str) -> AsyncIterator[str]:
-    """Real streaming: text deltas leave as the model produces tokens; tool calls arrive in the final chunk."""
+    """Real streaming: text deltas leave as the model produces tokens (with tools too, holding back only
+    text that may begin a tool call); tool calls arrive whole in the final chunk."""
     cid, created = "chatcmpl-" + uuid.uuid4().hex, int(time.time())
 
     def chunk(choices: list[dict], usage: dict | None = None) -> str:
@@ -294,23 +295,21 @@ async def _sse(server: SwarmServer, ep: LiveEpisode, req: ChatCompletionRequest,
 
     try:
         async for event in server.chat_stream(ep, req.messages, req.tools, params):
-            if event.kind == "delta" and not req.tools:
+            if event.kind == "delta":
                 yield chunk([{"index": event.index, "delta": {"content": event.text}, "finish_reason": None}])
             elif event.kind == "done":
                 for i, (c, (content, tool_calls)) in enumerate(zip(event.completions, event.parsed, strict=True)):
+                    # What was streamed is a prefix of the final content (core.streamable); send the rest.
+                    content, sent = content or "", event.sent.get(i, "")
                     delta: dict = {}
-                    rest = content[len(event.sent.get(i, "")) :] if content.startswith(event.sent.get(i, "")) else ""
-                    if not req.tools and rest:
-                        delta["content"] = rest
-                    if req.tools:
-                        if content:
-                            delta["content"] = content
-                        if tool_calls:
-                            delta["tool_calls"] = [{"index": j, **tc} for j, tc in enumerate(tool_calls)]
+                    if content.startswith(sent) and content[len(sent) :]:
+                        delta["content"] = content[len(sent) :]
+                    if tool_calls:
+                        delta["tool_calls"] = [{"index": j, **tc} for j, tc in enumerate(tool_calls)]
                     finish = "tool_calls" if tool_calls else c.finish_reason
                     yield chunk([{"index": i, "delta": delta, "finish_reason": finish}])
                 if (req.stream_options or {}).get("include_usage"):
                     yield chunk([], _usage(event.n_prompt, sum(len(c.token_ids) for c in event.completions)))
     except (BadRequest, EpisodeRejected, EpisodeNotFound) as e:
-        yield f"data: {json.dumps({'error': {'message': str(e), 'type': type(e).__name__}})}\n\n"
+        yield f"data: {json.dumps(_error_body(str(e), type(e).__name__))}\n\n"
     yield "data: [DONE]\n\n"

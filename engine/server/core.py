@@ -15,18 +15,19 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from engine.backends.base import Backend, SamplingParams, TokenCallback
 from engine.config import SwarmConfig
-from engine.errors import BadRequest, EpisodeRejected
+from engine.errors import BadRequest, EpisodeNotFound, EpisodeRejected
 from engine.pool.groups import GroupState, MemberOutcome
 from engine.pool.pool import SamplePool
 from engine.server.episodes import EndOutcome, EpisodeEnd, EpisodeRegistry, LiveEpisode
 from engine.server.state import ServerState, StateMachine
-from engine.tracking.chat import parse_tool_calls, render_prompt
+from engine.tracking.chat import TOOL_CALL_OPEN, parse_tool_calls, render_prompt
 from engine.training.exchange import (
     TRUNCATED_KEY,
     SharedSample,
@@ -60,6 +61,20 @@ def _before_possible_stop(text: str, stops: tuple[str, ...]) -> str:
     return text[: len(text) - hold]
 
 
+def streamable(text: str, stops: tuple[str, ...], tools: bool) -> str:
+    """The part of a reply so far that may be streamed as content now.
+
+    Always: before a stop string, and not a tail that may grow into one. With tools, also before the
+    first `<tool_call>` (or a tail that may begin one; a tool call goes out whole in the final chunk) and
+    without trailing whitespace, which `parse_tool_calls` strips from content next to a call: the
+    streamed content is then always a prefix of the final message's content.
+    """
+    safe = _before_possible_stop(text, stops)
+    if tools:
+        safe = _before_possible_stop(safe, (TOOL_CALL_OPEN,)).rstrip()
+    return safe
+
+
 # A client not heard from for this long no longer counts as active for the agree policies.
 CLIENT_ACTIVE_S = 30.0
 
@@ -82,6 +97,8 @@ class SwarmServer:
         self._uncheckpointed: list[EpisodeResult] = []
         self._sweeper: asyncio.Task | None = None
         self._cross_dropped = 0  # peers' samples that re-tokenised to nothing since the last step
+        # Ends and prepares whose journal write is in flight, by key: a retry waits for the first one's answer.
+        self._ending: dict[str, asyncio.Future[EndOutcome]] = {}
 
     # -- lifecycle --------------------------------------------------------------------------------
     @property
@@ -101,29 +118,43 @@ class SwarmServer:
 
     async def _boot(self) -> None:
         cfg = self.config
-        if cfg.run_dir:
-            # The run dir remembers its config, so `swarm serve --run-dir X` after a crash needs no client.
-            Path(cfg.run_dir).mkdir(parents=True, exist_ok=True)
-            (Path(cfg.run_dir) / "swarm_config.yaml").write_text(cfg.to_yaml())
+        # Every step that can fail is inside the try: a failure must reach OFFLINE with the reason in
+        # `error` (shown by /health and /swarm/status), never leave the server BOOTING for good.
         try:
+            pool = await asyncio.to_thread(self._prepare_run_dir, cfg)
             backend = await asyncio.to_thread(self._factory, cfg)
-        except Exception as e:  # noqa: BLE001 - any load failure must land in status, not kill the loop
+        except Exception as e:  # noqa: BLE001 - any boot failure must land in status, not kill the loop
             log.exception("boot failed")
             self.error = f"boot failed: {e}"
-            self.sm.transition(ServerState.OFFLINE)
+            if self.state is ServerState.BOOTING:  # not stopped meanwhile
+                self.sm.transition(ServerState.OFFLINE)
             return
         if self.state is not ServerState.BOOTING:  # stopped while loading
             backend.close()
             return
         self.backend = backend
         self.episodes = EpisodeRegistry(cfg.episodes.idle_timeout_s, cfg.episodes.total_timeout_s)
-        journal = Path(cfg.run_dir) / "pool.journal.jsonl" if cfg.run_dir else None
-        self.pool = SamplePool(journal)
+        self.pool = pool
         self._uncheckpointed = []
         self.sm.transition(ServerState.ROLLING)
         if self._sweeper is None or self._sweeper.done():
             self._sweeper = self._spawn(self._sweep_forever())
         self._maybe_trigger()
+
+    @staticmethod
+    def _prepare_run_dir(cfg: SwarmConfig) -> SamplePool:
+        """Save the config into the run dir and rebuild the pool from its journal (blocking file work).
+
+        Runs before the model loads, so an unwritable run dir or a corrupt journal fails the boot at once.
+        """
+        if not cfg.run_dir:
+            return SamplePool()
+        run_dir = Path(cfg.run_dir)
+        # The run dir remembers its config, so `swarm serve --run-dir X` after a crash needs no client.
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "swarm_config.yaml").write_text(cfg.to_yaml())
+        # background: the journal's fsyncs run on its writer thread, never on the event loop.
+        return SamplePool(run_dir / "pool.journal.jsonl", background=True)
 
     async def stop(self) -> None:
         """Abort live episodes and unload; accepted episodes stay in the journal for the next start."""
@@ -136,6 +167,7 @@ class SwarmServer:
             self.backend.inference.resume()
             self.backend.close()
             self.backend = None
+        await asyncio.to_thread(self.pool.close)  # the journal's last writes land before a restart reads it
 
     async def shutdown(self) -> None:
         await self.stop()
@@ -169,47 +201,131 @@ class SwarmServer:
         in_flight = sum(1 for e in self.episodes.live() if e.client_id == client_id and not e.is_eval)
         return self.pool.episodes_by_client().get(client_id, 0) + in_flight >= cap
 
-    def end_episode(self, ep: LiveEpisode, reward: float, metadata: dict[str, Any]) -> EndOutcome:
-        """Close an episode; train episodes with at least one call enter the pool."""
-        accepted, reason = self._close(ep, reward, metadata)
-        return self.episodes.record_outcome(ep, accepted, reason)
+    async def end_episode(self, api_key: str, reward: float, metadata: dict[str, Any]) -> EndOutcome:
+        """Close an episode by its key; train episodes with at least one call enter the pool.
 
-    def _close(self, ep: LiveEpisode, reward: float, metadata: dict[str, Any]) -> tuple[bool, str]:
+        Answers only once an accepted episode is durable in the journal (written off the event loop).
+        A repeated end with the same key (a client whose answer was lost) gets the first end's answer,
+        waiting for it if that end is still being written; the episode never enters the pool twice.
+        """
+        ending = self._ending.get(api_key)
+        if ending is not None:
+            return await asyncio.shield(ending)
+        done = self.episodes.outcome(api_key)
+        if done is not None:
+            return done
+        ep = self.episodes.get(api_key)
+        if ep.calls_in_flight:
+            raise BadRequest("episode has calls in flight; end it after its last response arrives")
+        # A task, shielded: a client that hangs up mid-write must not cancel the end half-way.
+        ending = asyncio.ensure_future(self._end(ep, reward, metadata))
+        self._ending[api_key] = ending
+        ending.add_done_callback(lambda _: self._ending.pop(api_key, None))
+        return await asyncio.shield(ending)
+
+    async def _end(self, ep: LiveEpisode, reward: float, metadata: dict[str, Any]) -> EndOutcome:
         self.episodes.finish(ep, EpisodeEnd.ENDED)
         self.heartbeat(ep.client_id)
+        try:
+            accepted, reason = await self._pool_episode(ep, reward, metadata)
+        finally:  # even on an unexpected error: a drain waiting for this episode must re-check
+            if not ep.is_eval:
+                self._train_episode_done.set()
+        return self.episodes.record_outcome(ep, accepted, reason)
+
+    async def _pool_episode(self, ep: LiveEpisode, reward: float, metadata: dict[str, Any]) -> tuple[bool, str]:
         if ep.is_eval:
             return False, "eval episode: never trained on"
         if not ep.tracker.timelines:
-            self._train_episode_done.set()
             return False, "episode made no LLM call: nothing to train on"
-        self.pool.add(self._result(ep, reward, metadata))
-        self._train_episode_done.set()
+        result = self._result(ep, reward, metadata)
+        written = self.pool.add(result)
+        try:
+            await asyncio.wrap_future(written)
+        except OSError as e:
+            # Disk full, run dir gone: the episode is not durable, so it is not accepted. A batch can only
+            # have taken it meanwhile if this write failed after a later one succeeded, which one writer
+            # thread writing in order rules out; withdraw() says so if it ever happens.
+            log.error("pool journal write failed for episode %s: %s", ep.episode_id, e)
+            self.error = f"pool journal write failed: {e}"
+            if not self.pool.withdraw(result):
+                log.error("episode %s was taken for training before its journal write failed", ep.episode_id)
+            return False, f"not accepted: the server could not journal the episode ({e}); see its log"
+        # Only a durable episode may fire the trigger (writes are in order, so then every pooled one is).
         self._maybe_trigger()
         return True, ""
 
+    async def _durable(self, written: Future[None], what: str) -> None:
+        """Wait until a journal write is on disk before answering; a failed write is a 503 (the client may
+        retry: repeats are idempotent) and the server's error. Shielded: a client that hangs up must not
+        cancel the write, whose change the pool's memory already holds."""
+        try:
+            await asyncio.shield(asyncio.wrap_future(written))
+        except OSError as e:
+            raise self._journal_failed(e, what) from e
+
+    def _journal_failed(self, e: OSError, what: str) -> EpisodeRejected:
+        log.error("pool journal write failed for %s: %s", what, e)
+        self.error = f"pool journal write failed: {e}"
+        return EpisodeRejected(f"the server could not journal {what} ({e}); see its log", 1.0)
+
     # -- episode groups (two-phase commit, see engine.pool.groups) -------------------------------------
-    def prepare_episode(self, ep: LiveEpisode, group_id: str, reward: float, metadata: dict[str, Any]) -> EndOutcome:
-        """Phase one: close a training episode and hold it durably for `group_id`, outside the pool."""
+    async def prepare_episode(self, api_key: str, group_id: str, reward: float, metadata: dict[str, Any]) -> EndOutcome:
+        """Phase one: close a training episode and hold it durably for `group_id`, outside the pool.
+
+        Answers once the prepare record is durable. A repeated prepare with the same key and group (a
+        client whose answer was lost) gets the first one's answer, waiting for it while it is written.
+        """
+        ending = self._ending.get(api_key)
+        done = await asyncio.shield(ending) if ending is not None else self.episodes.outcome(api_key)
+        if done is not None:
+            if done.group_id != group_id:
+                raise EpisodeNotFound(f"episode {done.episode_id} already finished ({done.reason or 'ended'})")
+            return done
+        ep = self.episodes.get(api_key)
+        if ep.calls_in_flight:
+            raise BadRequest("episode has calls in flight; prepare it after its last response arrives")
         if ep.is_eval:
             raise BadRequest("eval episodes are never trained, so they take no part in a commit; end them instead")
         self._require_pool()
         self.pool.group_table.check_prepare(group_id)
+        # A task, shielded: a client that hangs up mid-write must not cancel the prepare half-way.
+        ending = asyncio.ensure_future(self._prepare(ep, group_id, reward, metadata))
+        self._ending[api_key] = ending
+        ending.add_done_callback(lambda _: self._ending.pop(api_key, None))
+        return await asyncio.shield(ending)
+
+    async def _prepare(self, ep: LiveEpisode, group_id: str, reward: float, metadata: dict[str, Any]) -> EndOutcome:
         self.episodes.finish(ep, EpisodeEnd.ENDED)
         self.heartbeat(ep.client_id)
-        self.pool.prepare(group_id, self._result(ep, reward, metadata))
-        self._train_episode_done.set()
+        result = self._result(ep, reward, metadata)
+        try:
+            await self._durable(self.pool.prepare(group_id, result), f"episode {ep.episode_id}'s prepare")
+        except EpisodeRejected as e:
+            # Not durable, so not prepared: the client's group aborts; a retry is told the episode ended.
+            if not self.pool.unprepare(group_id, result):
+                log.error("group %s was decided before episode %s's prepare failed", group_id, ep.episode_id)
+            self.episodes.record_outcome(ep, False, f"not prepared: {e}")
+            raise
+        finally:  # a drain waiting for this episode must re-check
+            self._train_episode_done.set()
         return self.episodes.record_outcome(ep, False, f"prepared in group {group_id}", group_id)
 
-    def commit_group(self, group_id: str) -> list[MemberOutcome]:
-        """Phase two: the group's prepared episodes enter the pool (a repeat gets the same answer)."""
+    async def commit_group(self, group_id: str) -> list[MemberOutcome]:
+        """Phase two: the group's prepared episodes enter the pool (a repeat gets the same answer).
+
+        Answers once the commit record is durable (a repeat waits for the first commit's write)."""
         self._require_pool()
         outcomes = self.pool.commit_group(group_id)
+        await self._durable(self.pool.decision_write(group_id), f"the commit of group {group_id}")
         self._maybe_trigger()
         return outcomes
 
-    def abort_group(self, group_id: str) -> None:
+    async def abort_group(self, group_id: str) -> None:
+        """Drop a group here (idempotent); answers once the abort record is durable."""
         self._require_pool()
         self.pool.abort_group(group_id)
+        await self._durable(self.pool.decision_write(group_id), f"the abort of group {group_id}")
 
     def group_state(self, group_id: str) -> GroupState:
         self._require_pool()
@@ -240,8 +356,13 @@ class SwarmServer:
         out = (export_sample(e, collab.agent, backend.tokenizer, stops) for g in self.pool.groups.values() for e in g)
         return [s for s in out if s is not None]
 
-    def import_samples(self, samples: list[SharedSample]) -> dict[str, int]:
-        """Add peers' samples to the pool as cross episodes, durably; a repeated sample is skipped."""
+    async def import_samples(self, samples: list[SharedSample]) -> dict[str, int]:
+        """Add peers' samples to the pool as cross episodes, durably; a repeated sample is skipped.
+
+        Answers once every sample it names is durable: its own imports, and a repeat's duplicates (an
+        earlier import of them may still be being written). A failed write withdraws that sample and is
+        a 503, so the exchange retries and imports what is missing.
+        """
         collab, backend = self._require_collaboration()
         if self.state is not ServerState.ROLLING:
             raise EpisodeRejected(f"server is {self.state.value}; import a step's samples before it trains", 1.0)
@@ -251,6 +372,7 @@ class SwarmServer:
         present = {e.episode_id for g in self.pool.groups.values() for e in g}
         counts = {"imported": 0, "duplicates": 0, "dropped_empty": 0, "truncated": 0}
         limit = self.config.episodes.max_context_tokens
+        added: list[tuple[EpisodeResult, Future[None]]] = []
         for s in samples:
             if cross_episode_id(s) in present:
                 counts["duplicates"] += 1
@@ -260,11 +382,26 @@ class SwarmServer:
                 counts["dropped_empty"] += 1
                 continue
             counts["truncated"] += int(ep.metadata[TRUNCATED_KEY])
-            self.pool.add(ep)
+            added.append((ep, self.pool.add(ep)))
             present.add(ep.episode_id)
             counts["imported"] += 1
         self._cross_dropped += counts["dropped_empty"]
+        # A task, shielded: a client that hangs up must not skip withdrawing a sample whose write failed.
+        await asyncio.shield(asyncio.ensure_future(self._imports_durable(added)))
+        if counts["duplicates"]:
+            await self._durable(self.pool.last_write(), "earlier imports")
         return counts
+
+    async def _imports_durable(self, added: list[tuple[EpisodeResult, Future[None]]]) -> None:
+        written = await asyncio.gather(*(asyncio.wrap_future(w) for _, w in added), return_exceptions=True)
+        failed = [(ep, e) for (ep, _), e in zip(added, written, strict=True) if isinstance(e, BaseException)]
+        for ep, _ in failed:
+            self.pool.withdraw(ep)
+        if failed:
+            error = failed[0][1]
+            if not isinstance(error, OSError):
+                raise error
+            raise self._journal_failed(error, f"{len(failed)} of {len(added)} imported samples") from error
 
     def _require_collaboration(self):
         collab = self.config.collaboration
@@ -359,7 +496,7 @@ class SwarmServer:
             # Hold back a trailing replacement char: it is half of a multi-byte character.
             if text.endswith("\ufffd"):
                 continue
-            safe = _before_possible_stop(text, params.stop)
+            safe = streamable(text, params.stop, bool(tools))
             prev = sent.get(index, "")
             if len(safe) > len(prev) and safe.startswith(prev):
                 sent[index] = safe
@@ -404,8 +541,12 @@ class SwarmServer:
             t0 = time.perf_counter()
             metrics = await asyncio.to_thread(backend.train_step, batch)
             self._uncheckpointed.extend(batch)
-            if await asyncio.to_thread(backend.checkpoint):
-                self.pool.mark_trained(self._uncheckpointed)
+            # With checkpoints off (checkpoint_every 0) weights are never durable and a restart begins
+            # from the initial model, so there is nothing to wait for: a trained batch is consumed now.
+            # Otherwise the journal would replay every episode ever accepted, and keep them all.
+            wrote = await asyncio.to_thread(backend.checkpoint)
+            if wrote or self.config.training.checkpoint_every == 0:
+                self.pool.mark_trained(self._uncheckpointed)  # written in order, after every add it names
                 self._uncheckpointed = []
             metrics = {**metrics, "step_time_s": time.perf_counter() - t0}
             if self.config.collaboration is not None:
@@ -458,3 +599,4 @@ class SwarmServer:
             "error": self.error,
             "config": self.config.model_dump(mode="json"),
         }
+

@@ -14,16 +14,27 @@ from pathlib import Path
 import uvicorn
 
 from engine.config import SwarmConfig
+from engine.errors import ConfigError
 from engine.server.app import create_app
 from engine.server.core import SwarmServer
 
 
 def resolve_admin_token(token: str | None, token_file: Path) -> str:
-    """Use the given token, else the one in `token_file`, else mint one and store it there (mode 0600)."""
+    """Use the given token, else the one in `token_file`, else mint one and store it there (mode 0600).
+
+    A token file that holds nothing is a ConfigError: taken as the token "", it would make an empty
+    bearer credential an admin one.
+    """
     if token:
         return token
     if token_file.exists():
-        return token_file.read_text().strip()
+        stored = token_file.read_text().strip()
+        if not stored:
+            raise ConfigError(
+                f"admin token file {token_file} is empty; delete it to have a new token minted, "
+                "or write a token into it"
+            )
+        return stored
     token = "sk-admin-" + secrets.token_urlsafe(32)
     token_file.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -52,6 +63,19 @@ def exit_with_parent(parent_pid: int, period_s: float = 1.0) -> threading.Thread
     return t
 
 
+# How long an idle keep-alive connection stays open. uvicorn's default (5 s) equals the pool expiry of
+# httpx and of the openai SDK (5 s), so a client reusing a connection at that instant races the server's
+# close and loses its response ("Server disconnected without sending a response"); a training step
+# (WEIGHT_SYNCING) is exactly the kind of pause that leaves connections idle that long. The server waits
+# well past any client pool's expiry, so the client always closes first.
+KEEP_ALIVE_S = 75
+
+
+def uvicorn_config(app, host: str, port: int, log_level: str = "warning") -> uvicorn.Config:
+    """The uvicorn settings every swarm server runs with (also the test fixtures')."""
+    return uvicorn.Config(app, host=host, port=port, log_level=log_level, loop="asyncio", timeout_keep_alive=KEEP_ALIVE_S)
+
+
 def default_backend_factory(cfg: SwarmConfig):
     from engine.backends.factory import create_backend
 
@@ -78,4 +102,4 @@ def serve(
     app = create_app(server, token, public_url=public, autostart=autostart)
 
     print(f"swarm server on http://{host}:{port}  admin token in {token_file}", file=sys.stderr, flush=True)
-    uvicorn.run(app, host=host, port=port, log_level=log_level, loop="asyncio")
+    uvicorn.Server(uvicorn_config(app, host, port, log_level)).run()

@@ -15,15 +15,18 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.tracking.merging import episode_samples
+from engine.config import TrainingConfig
+from engine.tracking.merging import episode_samples, strip_reasoning
 from engine.types import EpisodeResult, Sample
 
 
-def build_samples(batch: list[EpisodeResult], merge: str, advantages_N: torch.Tensor) -> list[Sample]:
-    """Merge timelines per episode and attach each episode's advantage to its samples."""
+def build_samples(batch: list[EpisodeResult], training: TrainingConfig, advantages_N: torch.Tensor) -> list[Sample]:
+    """Merge timelines per episode (`training.merge`, `training.strip_reasoning`) and attach each episode's
+    advantage to its samples."""
+    normalize = strip_reasoning if training.strip_reasoning else None
     samples: list[Sample] = []
     for ep, adv in zip(batch, advantages_N.tolist(), strict=True):
-        for s in episode_samples(ep, merge):
+        for s in episode_samples(ep, training.merge, normalize=normalize):
             s.advantage = adv
             samples.append(s)
     return samples

@@ -1,4 +1,10 @@
-"""Per-step training metrics as JSONL: in the run dir, and in A3R's metrics file when a worker runs us."""
+"""Per-step training metrics as JSONL: in the run dir, and in A3R's metrics file when a worker runs us.
+
+A server that resumes from a checkpoint at step k retrains every step after k, so `supersede_after(k)`
+drops the run dir's records of those steps first: each step appears once, with the values of the run
+that is kept. A3R's file is append-only (its reader tails it by byte offset) and is left alone; A3R
+keeps one point per (attempt, step, metric).
+"""
 
 from __future__ import annotations
 
@@ -6,12 +12,16 @@ import json
 import os
 from pathlib import Path
 
+from engine.fsutil import atomic_write_text
+
 
 class MetricsLog:
     def __init__(self, run_dir: str | Path | None) -> None:
         self.paths: list[Path] = []
-        if run_dir is not None:
-            self.paths.append(Path(run_dir) / "metrics.jsonl")
+        # The run dir's own file: the only one `supersede_after` rewrites.
+        self.run_path = Path(run_dir) / "metrics.jsonl" if run_dir is not None else None
+        if self.run_path is not None:
+            self.paths.append(self.run_path)
         extra = os.environ.get("A3R_METRICS_FILE")
         if extra:
             self.paths.append(Path(extra))
@@ -22,6 +32,27 @@ class MetricsLog:
             p.parent.mkdir(parents=True, exist_ok=True)
             with open(p, "a", encoding="utf-8") as f:
                 f.write(line)
+
+    def supersede_after(self, step: int) -> int:
+        """Drop the run dir's records of steps after `step` (they will be retrained); returns how many."""
+        path = self.run_path
+        if path is None or not path.exists():
+            return 0
+        lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+        kept = [line for line in lines if not _after(line, step)]
+        if len(kept) < len(lines):
+            atomic_write_text(path, "".join(kept))
+        return len(lines) - len(kept)
+
+
+def _after(line: str, step: int) -> bool:
+    try:
+        rec = json.loads(line)
+    except ValueError:
+        return False  # not ours to judge: kept as it is
+    # The trainer logs its step as a float (every metric value is one); bools are not steps.
+    k = rec.get("step") if isinstance(rec, dict) else None
+    return isinstance(k, (int, float)) and not isinstance(k, bool) and k > step
 
 
 def reward_by_client(batch) -> dict[str, float]:

@@ -4,6 +4,7 @@ import pytest
 
 from a3r.config import CONFIG_FILE, HostSpec, SchedulerConfig, WorkspaceConfig
 from a3r.exceptions import ConfigError
+from a3r.hosts.ssh import SshHost
 
 YAML = """
 hosts:
@@ -50,6 +51,20 @@ def test_errors(data, needle):
     with pytest.raises(ConfigError) as e:
         WorkspaceConfig.parse(data)
     assert needle in str(e.value)
+
+
+@pytest.mark.parametrize("address", ["-oProxyCommand=true", "-p2222", "me@host -oX=y"])
+def test_an_ssh_address_cannot_become_an_ssh_option(address):
+    """hosts.yaml's address is passed to ssh as an argument: '-oProxyCommand=...' would run a command."""
+    data = {"hosts": [{"name": "g", "kind": "ssh", "address": address, "workdir": "/x"}]}
+    with pytest.raises(ConfigError) as e:
+        WorkspaceConfig.parse(data)
+    assert "hosts.0.address" in str(e.value) and "[user@]host" in str(e.value)
+
+
+def test_ssh_argv_ends_options_before_the_address():
+    host = SshHost(HostSpec(name="g", kind="ssh", address="me@h", workdir="/x"), socket="s", workspace_key="k")
+    assert host.ssh_argv("true")[-3:] == ["--", "me@h", "true"]
 
 
 def test_unknown_host_lists_known():

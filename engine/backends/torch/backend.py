@@ -69,6 +69,10 @@ class TorchBackend:
             self.trainer.global_step = int(state["global_step"])
             self.trainer.load_extra_state(state)
             log.info("resumed from %s at step %d", ckpt, self.trainer.global_step)
+        # Steps after the checkpoint (trained, then lost with the process) are trained again from here.
+        dropped = self.metrics.supersede_after(self.trainer.global_step)
+        if dropped:
+            log.info("superseded %d metrics records after step %d", dropped, self.trainer.global_step)
 
     @property
     def global_step(self) -> int:

@@ -102,7 +102,7 @@ class TorchTrainer:
         adv_N = self.advantage_fn(
             rewards_N=rewards_N, group_ids_N=[e.task_id for e in batch], cfg=self.adv_cfg
         )
-        samples = build_samples(batch, t.merge, adv_N)
+        samples = build_samples(batch, t, adv_N)
         # Same prompt side by side, then similar lengths: a micro-batch is then mostly one group, whose
         # prompt the forward pass runs once (see forward.py), with little padding. Deterministic order.
         samples.sort(key=prompt_then_length)

@@ -69,3 +69,82 @@ def test_conflicting_resolutions_are_refused():
         pool.commit_group("grp-bbbbbbb")
     with pytest.raises(GroupNotFound):
         pool.commit_group("grp-never00")
+
+
+def _train_away(pool: SamplePool, task: str, n: int) -> None:
+    """Pool and train `n` plain episodes: dead journal records that make a compaction due."""
+    for k in range(n):
+        pool.add(ep(f"{task}-{k}", task))
+        batch = list(pool.groups[task])
+        pool.take(batch)
+        pool.mark_trained(batch)
+
+
+def test_compaction_keeps_every_group_a_restart_must_know(tmp_path):
+    """A compaction (independent of checkpoints) rewrites the journal with `add`s of live episodes; it
+    must also keep a group still in doubt (its prepared episodes), a committed group (its answer, its
+    pooled episodes with their seqs) and an aborted one, or a restart loses them."""
+    journal = tmp_path / "pool.journal.jsonl"
+    pool = SamplePool(journal, compact_after=4)
+    pool.prepare("grp-doubt00", ep("d1"))
+    pool.prepare("grp-doubt00", ep("d2", "u"))
+    pool.prepare("grp-commit0", ep("c1"))
+    pool.prepare("grp-commit0", ep("c2", calls=False))
+    pool.commit_group("grp-commit0")
+    pool.abort_group("grp-abort00")
+    c1_seq = pool.groups["t"][0].seq
+    _train_away(pool, "gone", 6)
+    ops = [line.split('"op": "')[1].split('"')[0] for line in journal.read_text().splitlines()]
+    assert "commit" not in ops and "trained" not in ops[:-2] and ops[0] == "seq"  # it was compacted
+
+    again = SamplePool(journal)
+    assert again.group_table.in_doubt() == ["grp-doubt00"]
+    assert sorted(e.episode_id for e in again.group_table.episodes("grp-doubt00")) == ["d1", "d2"]
+    assert ids(again) == ["c1"] and again.groups["t"][0].seq == c1_seq
+    # the committed group answers a repeated commit as before, and refuses a late prepare or an abort
+    assert [(o.episode_id, o.accepted) for o in again.commit_group("grp-commit0")] == [
+        ("c1", True),
+        ("c2", False),
+    ]
+    with pytest.raises(GroupConflict, match="already committed"):
+        again.prepare("grp-commit0", ep("late"))
+    with pytest.raises(GroupConflict, match="committed"):
+        again.abort_group("grp-commit0")
+    with pytest.raises(GroupConflict, match="already aborted"):
+        again.prepare("grp-abort00", ep("late"))
+    # the group in doubt resolves after the restart; seqs stay unique; compaction goes on
+    again.commit_group("grp-doubt00")
+    _train_away(again, "more", 6)
+    final = SamplePool(journal)
+    assert ids(final) == ["c1", "d1", "d2"]
+    seqs = [e.seq for g in final.groups.values() for e in g]
+    assert len(set(seqs)) == 3 and min(seqs) == c1_seq
+    assert final.group_table.state("grp-doubt00") is GroupState.COMMITTED and not final.group_table.in_doubt()
+
+
+def test_a_decision_whose_write_failed_is_written_again_by_its_repeat(tmp_path, monkeypatch):
+    """A commit record that could not be written fails the commit's future (the server answers 503); the
+    client's repeat writes it again instead of confirming a decision that is not on disk, and a replay
+    that meets the record twice commits the group once."""
+    from engine.pool.journal import PoolJournal
+
+    journal = tmp_path / "j.jsonl"
+    pool = SamplePool(journal)
+    pool.prepare("grp-retry00", ep("r1"))
+    real = PoolJournal._append_line
+
+    def disk_full(self, line: str) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(PoolJournal, "_append_line", disk_full)
+    pool.commit_group("grp-retry00")
+    assert isinstance(pool.decision_write("grp-retry00").exception(), OSError)
+    monkeypatch.setattr(PoolJournal, "_append_line", real)
+    pool.commit_group("grp-retry00")  # the repeat
+    assert pool.decision_write("grp-retry00").exception() is None
+    pool.commit_group("grp-retry00")  # a repeat of a durable decision writes nothing
+    with open(journal, "a") as f:  # as if the failed write had landed after all: the record twice
+        f.write('{"op": "commit", "group": "grp-retry00", "seqs": [1]}\n')
+    assert sum('"commit"' in line for line in journal.read_text().splitlines()) == 2
+    again = SamplePool(journal)
+    assert ids(again) == ["r1"] and again.group_table.state("grp-retry00") is GroupState.COMMITTED

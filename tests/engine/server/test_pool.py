@@ -2,6 +2,10 @@
 
 import json
 
+import pytest
+
+from engine.config import SwarmConfig
+from engine.errors import JournalCorrupt
 from engine.pool.policies import select_batch
 from engine.pool.pool import SamplePool
 from engine.types import Author, Block, EpisodeResult, Timeline
@@ -82,7 +86,71 @@ def test_journal_replays_accepted_but_untrained_episodes(tmp_path):
     # sequence numbers keep increasing after a replay
     replayed.add(ep("t6", 0.0, eid="after"))
     assert replayed.groups["t6"][0].seq > max(e.seq for g in replayed.groups.values() for e in g if e.task_id != "t6")
-    assert all(json.loads(line)["op"] in {"add", "trained"} for line in j.read_text().splitlines()[:-1])
+    assert all(json.loads(line)["op"] in {"add", "trained"} for line in j.read_text().splitlines())
+    # the torn tail was cut off at replay, not glued to the next append: a second restart keeps "after"
+    again = SamplePool(j)
+    assert sorted(e.episode_id for g in again.groups.values() for e in g) == sorted([*ids, "after"])
+
+
+def test_a_damaged_line_before_the_end_is_an_error_not_a_silent_cut(tmp_path):
+    j = tmp_path / "pool.journal.jsonl"
+    pool = SamplePool(j)
+    pool.add(ep("a", 1.0, eid="first"))
+    with open(j, "a") as f:
+        f.write("garbage\n")
+    pool.add(ep("a", 0.0, eid="acknowledged-after-the-damage"))
+    with pytest.raises(JournalCorrupt, match="line 2"):
+        SamplePool(j)
+
+
+def _ids(pool: SamplePool) -> list[str]:
+    return sorted(e.episode_id for g in pool.groups.values() for e in g)
+
+
+def test_the_journal_is_compacted_without_any_checkpoint(tmp_path):
+    """Records of episodes gone for good are dropped once 3 pile up, whatever the checkpoint cadence;
+    what a restart must bring back (pooled episodes and a taken batch whose step is not durable yet)
+    survives every compaction, and sequence numbers never repeat."""
+    j = tmp_path / "pool.journal.jsonl"
+    pool = SamplePool(j, compact_after=3)
+    pool.add(ep("lonely", 1.0, eid="lonely"))  # its group never completes: pooled throughout
+    for step in range(40):
+        for k in range(2):
+            pool.add(ep(f"s{step}", float(k), eid=f"s{step}-{k}"))
+        batch = pool.select("task_count", batch_size=1, group_size=2).batch
+        pool.take(batch)
+        if step != 38:  # step 38's batch is taken, its step not yet durable
+            pool.mark_trained(batch)
+        assert len(j.read_text().splitlines()) <= 2 + 5 + 1  # dead records, live episodes, the seq header
+    lines = j.read_text().splitlines()
+    assert not any("s39" in line for line in lines)  # the last trained batch is compacted away too
+    replayed = SamplePool(j)
+    assert _ids(replayed) == ["lonely", "s38-0", "s38-1"]
+    replayed.add(ep("new", 0.0, eid="new"))
+    assert replayed.groups["new"][0].seq == 1 + 80 + 1  # numbering continues after every episode issued
+
+
+def test_a_trained_batch_leaves_the_journal_when_checkpoints_are_off(live_server, tmp_path):
+    """checkpoint_every 0: weights are never durable, so a batch is consumed once trained; otherwise every
+    episode ever accepted would stay in the journal and be replayed into the next start."""
+    run_dir = tmp_path / "run"
+    cfg = SwarmConfig(
+        run_dir=str(run_dir),
+        pool={"policy": "episode_count", "batch_size": 1, "group_size": 2},
+        training={"checkpoint_every": 0},
+    )
+    srv = live_server(cfg)
+    with srv.client() as c:
+        for reward in (0.0, 1.0, 0.5):  # two make the batch, the third stays pooled
+            with c.episode("t") as e:
+                e.openai().chat.completions.create(
+                    model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=2
+                )
+                assert e.end(reward).accepted
+        c.wait_for_step(1, timeout=120)
+        assert not (run_dir / "checkpoints").exists()
+    replayed = SamplePool(run_dir / "pool.journal.jsonl")
+    assert [e.reward for g in replayed.groups.values() for e in g] == [0.5]
 
 
 def test_taken_batch_is_restored_in_arrival_order_when_a_step_fails():

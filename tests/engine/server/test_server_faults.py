@@ -1,4 +1,5 @@
-"""Fault tolerance: a client SIGKILLed mid-episode leaves the server rolling and the pool clean."""
+"""Fault tolerance: a client SIGKILLed mid-episode leaves the server rolling and the pool clean; boots
+that fail report why; a job's server never outlives its job or a failed start."""
 
 from __future__ import annotations
 
@@ -9,9 +10,16 @@ import sys
 import textwrap
 import time
 
-from tests_support import ADMIN_TOKEN
+import httpx
+import pytest
+from tests_support import ADMIN_TOKEN, free_port
 
 from engine.config import SwarmConfig
+from engine.errors import ConfigError, SwarmError
+from engine.jobs import ServerProcess
+from engine.server.app import create_app
+from engine.server.core import SwarmServer
+from engine.server.serve import default_backend_factory, resolve_admin_token
 
 CLIENT = textwrap.dedent(
     """
@@ -88,3 +96,70 @@ def test_a_jobs_server_exits_when_the_job_is_killed(tmp_path):
                 os.kill(server_pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def _blocked_run_dir(tmp_path):
+    # A regular file where a parent directory should be: mkdir fails for every user, root included
+    # (root ignores permission bits, so chmod cannot make a directory unwritable here).
+    blocker = tmp_path / "blocker"
+    blocker.write_text("")
+    return blocker / "run", "blocker/run", blocker.unlink
+
+
+def _corrupt_journal(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    journal = run_dir / "pool.journal.jsonl"
+    journal.write_text('not json\n{"op": "trained", "seqs": [1]}\n')
+    return run_dir, "pool.journal.jsonl line 1", journal.unlink
+
+
+@pytest.mark.parametrize("damage", [_blocked_run_dir, _corrupt_journal], ids=["run-dir-unwritable", "journal-corrupt"])
+def test_a_boot_that_fails_on_its_run_dir_goes_offline_with_the_reason(live_server, tmp_path, damage):
+    run_dir, fragment, repair = damage(tmp_path)
+    srv = live_server(SwarmConfig(run_dir=str(run_dir)), start=False)
+    with srv.client() as c:
+        with pytest.raises(SwarmError, match=fragment):
+            c.start(wait=True, timeout=30)
+        health = httpx.get(srv.url + "/health").json()
+        assert health["state"] == "OFFLINE" and fragment in health["error"]
+        assert c.status()["error"] == health["error"]
+        repair()  # the reason was accurate: without it the same server boots
+        assert c.start(wait=True, timeout=120)["state"] == "ROLLING"
+        assert c.status()["error"] is None
+
+
+def test_an_empty_admin_token_file_is_an_error_not_the_empty_token(tmp_path, monkeypatch, capsys):
+    from engine.cli import main
+
+    token_file = tmp_path / "admin_token"
+    token_file.write_text("\n")
+    with pytest.raises(ConfigError, match="admin_token is empty"):
+        resolve_admin_token(None, token_file)
+    monkeypatch.delenv("SWARM_ADMIN_TOKEN", raising=False)
+    assert main(["serve", "--token-file", str(token_file), "--port", str(free_port())]) == 2
+    assert f"admin token file {token_file} is empty" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="admin token is empty"):
+        create_app(SwarmServer(default_backend_factory), "")
+
+
+def test_a_server_that_never_gets_healthy_is_stopped_not_leaked(monkeypatch):
+    started: list[subprocess.Popen] = []
+    real_popen = subprocess.Popen
+
+    def recording_popen(*args, **kwargs):
+        proc = real_popen(*args, **kwargs)
+        started.append(proc)
+        return proc
+
+    monkeypatch.setattr(subprocess, "Popen", recording_popen)
+    try:
+        with pytest.raises(TimeoutError, match="/health"):
+            ServerProcess(None, health_timeout_s=0)  # nothing can answer /health within 0 s
+        (proc,) = started
+        assert proc.poll() is not None  # stopped and reaped before the error reached the caller
+    finally:
+        for proc in started:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()

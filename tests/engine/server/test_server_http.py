@@ -11,6 +11,7 @@ import pytest
 
 from engine.client import SwarmHTTPError
 from engine.config import SwarmConfig
+from engine.server.episodes import EpisodeRegistry
 
 MSGS = [{"role": "user", "content": "What is 2 + 3?"}]
 
@@ -21,7 +22,7 @@ def _auth(key: str) -> dict[str, str]:
 
 def test_health_models_and_openapi(live_server):
     srv = live_server()
-    assert httpx.get(srv.url + "/health").json() == {"ok": True, "state": "ROLLING"}
+    assert httpx.get(srv.url + "/health").json() == {"ok": True, "state": "ROLLING", "error": None}
     schema = httpx.get(srv.url + "/openapi.json").json()
     assert "/v1/chat/completions" in schema["paths"] and "/swarm/episodes" in schema["paths"]
     with srv.client() as c:
@@ -67,9 +68,74 @@ def test_episode_keys_are_isolated(live_server):
         by_task = {e["task_id"]: e for e in pool["episodes"]}
         assert by_task["task-a"]["reward"] == 1.0 and by_task["task-b"]["reward"] == 0.0
         assert len(by_task["task-a"]["timelines"]) == 1 and len(by_task["task-b"]["timelines"]) == 1
-        # a forged key is rejected
+        # a forged key is rejected as bad credentials
         r = httpx.post(srv.url + "/v1/chat/completions", json={"messages": MSGS}, headers=_auth(a.api_key[:-2] + "xx"))
-        assert r.status_code == 404
+        assert r.status_code == 401
+
+
+def _assert_openai_error(r: httpx.Response, status: int, code: str) -> dict:
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "code"} and err["code"] == code and err["message"]
+    return err
+
+
+def test_unknown_keys_get_401_and_finished_episodes_404_in_openai_shape(live_server):
+    """OpenAI clients, gateways and retry policies read 401 as bad credentials: a key never issued (or
+    forged) is that; 404 is kept for a real episode that is over, so a client can tell the two apart."""
+    srv = live_server()
+    body = {"messages": MSGS, "max_tokens": 2}
+    routes = [("get", "/v1/models", None), ("post", "/v1/chat/completions", body),
+              ("post", "/v1/episode/end", {"reward": 1.0}), ("post", "/v1/episode/abort", {})]
+    with srv.client() as c:
+        live = c.begin_episode("t")
+        for method, path, json_body in routes:
+            for headers in [_auth(live.api_key[:-4] + "abcd"), _auth("sk-anything"), {}]:
+                r = httpx.request(method, srv.url + path, json=json_body, headers=headers)
+                assert _assert_openai_error(r, 401, "invalid_api_key")["type"] == "authentication_error", path
+        with pytest.raises(openai.AuthenticationError):
+            openai.OpenAI(base_url=live.base_url, api_key="sk-forged", max_retries=0).chat.completions.create(
+                model="tiny", messages=MSGS, max_tokens=2
+            )
+        live.openai().chat.completions.create(model="tiny", messages=MSGS, max_tokens=2)  # still usable
+        assert live.end(1.0).accepted
+        aborted = c.begin_episode("t")
+        aborted.abort()
+        for ep, how in [(live, "ended"), (aborted, "aborted")]:
+            for method, path, json_body in routes[:2] + routes[3:]:
+                r = httpx.request(method, srv.url + path, json=json_body, headers=_auth(ep.api_key))
+                err = _assert_openai_error(r, 404, "episode_finished")
+                assert ep.episode_id in err["message"] and how in err["message"], path
+        with pytest.raises(openai.NotFoundError):
+            live.openai(max_retries=0).chat.completions.create(model="tiny", messages=MSGS, max_tokens=2)
+
+
+def test_leaving_an_episode_the_server_forgot_in_a_restart_does_not_raise(live_server):
+    """After a restart the old key is unknown (401): the `with` block's abort has nothing to undo."""
+    srv = live_server()
+    with srv.client() as c:
+        with c.episode("t") as ep:
+            c.stop()
+            c.start(wait=True, timeout=120)
+            r = httpx.post(srv.url + "/v1/episode/abort", headers=_auth(ep.api_key))
+            assert r.status_code == 401
+        assert ep.outcome is not None and not ep.outcome.accepted
+
+
+def test_an_os_permission_error_inside_a_request_is_a_server_error_not_401(live_server, monkeypatch):
+    """Only failed credentials answer 401: an OS PermissionError while serving (say the pool journal
+    became unwritable) is the server's fault, and a client must not be told its key is bad."""
+    srv = live_server()
+
+    def unwritable(episode):
+        raise PermissionError(13, "Permission denied", "pool.journal.jsonl")
+
+    monkeypatch.setattr(srv.server.pool, "add", unwritable)
+    with srv.client() as c:
+        ep = c.begin_episode("t")
+        ep.openai().chat.completions.create(model="tiny", messages=MSGS, max_tokens=2)
+        r = httpx.post(srv.url + "/v1/episode/end", json={"reward": 1.0}, headers=_auth(ep.api_key))
+        assert r.status_code == 500
 
 
 @pytest.mark.parametrize(
@@ -113,28 +179,57 @@ def test_bad_config_and_illegal_transitions_are_rejected(live_server):
         assert e.value.status == 503
 
 
-def test_idle_and_total_deadlines_abort_and_leave_no_trace(live_server):
-    cfg = SwarmConfig(episodes={"idle_timeout_s": 0.4, "total_timeout_s": 1.5})
+def test_idle_deadline_aborts_and_leaves_no_trace(live_server):
+    cfg = SwarmConfig(episodes={"idle_timeout_s": 0.4, "total_timeout_s": 60})
     srv = live_server(cfg)
     with srv.client() as c:
-        idle = c.begin_episode("idle")
-        idle.openai().chat.completions.create(model="tiny", messages=MSGS, max_tokens=2)
-        busy = c.begin_episode("busy")
+        called = c.begin_episode("called")
+        called.openai().chat.completions.create(model="tiny", messages=MSGS, max_tokens=2)
+        never_called = c.begin_episode("never-called")
         time.sleep(1.0)
-        with pytest.raises(SwarmHTTPError) as e:
-            idle.end(1.0)
-        assert e.value.status == 404
-        # keep "busy" active so only the total deadline can expire it
-        deadline = time.monotonic() + 3
-        while time.monotonic() < deadline:
-            try:
-                busy.openai(max_retries=0).chat.completions.create(model="tiny", messages=MSGS, max_tokens=1)
-            except Exception:
-                break
-            time.sleep(0.1)
+        for ep in (called, never_called):
+            with pytest.raises(SwarmHTTPError) as e:
+                ep.end(1.0)
+            assert e.value.status == 404 and "expired" in e.value.reason
         st = c.status()
         assert st["episode_counts"]["expired"] == 2
         assert st["pool"]["episodes"] == 0 and st["state"] == "ROLLING"
+
+
+def test_total_deadline_expires_an_episode_that_never_idles(live_server):
+    """Calls every 0.1 s keep the episode far from its idle deadline (1.5 s), so only the total
+    deadline (3 s) can end it: it must, and not before."""
+    cfg = SwarmConfig(episodes={"idle_timeout_s": 1.5, "total_timeout_s": 3.0})
+    srv = live_server(cfg)
+    with srv.client() as c:
+        begun = time.monotonic()  # before the server starts the episode's clock
+        busy = c.begin_episode("busy")
+        llm = busy.openai(max_retries=0)
+        last_ok = begun
+        while time.monotonic() - begun < 10:
+            # A call in flight holds off the idle deadline, so only the gaps between calls count.
+            assert time.monotonic() - last_ok < 1.5, "a gap between calls was long enough to idle out"
+            try:
+                llm.chat.completions.create(model="tiny", messages=MSGS, max_tokens=1)
+            except openai.NotFoundError as e:
+                assert "expired" in str(e)
+                break
+            last_ok = time.monotonic()
+            time.sleep(0.1)
+        else:
+            raise AssertionError("the episode outlived its total deadline")
+        assert last_ok - begun >= 2.8  # served until (about) the total deadline: the idle one never fired
+        st = c.status()
+        assert st["episode_counts"]["expired"] == 1 and st["episodes_live"] == 0
+        assert st["pool"]["episodes"] == 0
+
+
+def test_a_call_in_flight_holds_off_the_idle_deadline_but_not_the_total_one():
+    reg = EpisodeRegistry(idle_timeout_s=10, total_timeout_s=100)
+    ep = reg.begin("t", "c", False, {})
+    ep.calls_in_flight = 1  # a generation that runs for a long time
+    assert reg.expired(now=ep.started_at + 50) == []  # idle for 50 s, but waiting on the model
+    assert reg.expired(now=ep.started_at + 101) == [ep]
 
 
 def test_eval_episodes_never_enter_the_pool(live_server):
@@ -222,9 +317,9 @@ def test_a_repeated_end_gets_the_first_answer_and_pools_once(live_server):
         assert again.json() == first.json() and first.json()["accepted"] is True
         assert c.status()["pool"]["episodes"] == 1
         assert srv.server.pool.groups["t"][0].reward == 1.0  # the retry changed nothing
-        # a key that never ended is still unknown, and a finished episode takes no more calls
+        # a key never issued is bad credentials, and a finished episode takes no more calls
         bad = httpx.post(srv.url + "/v1/episode/end", json={"reward": 1.0}, headers={"Authorization": "Bearer nope"})
-        assert bad.status_code == 404
+        assert bad.status_code == 401
         with pytest.raises(openai.NotFoundError):
             ep.openai(max_retries=0).chat.completions.create(
                 model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=2

@@ -4,10 +4,14 @@ template (and custom templates where a behaviour needs one)."""
 from __future__ import annotations
 
 import pytest
+import torch
+from pydantic import ValidationError
 
+from engine.config import SwarmConfig, TrainingConfig
 from engine.errors import ConfigError
 from engine.tracking.chat import parse_tool_calls
 from engine.tracking.merging import blocks_match, episode_samples, merge_timelines, strip_reasoning
+from engine.training.batch import build_samples
 from engine.types import Author, Block, Timeline
 
 MODES = ("token", "text", "text+strip", "off")
@@ -246,6 +250,20 @@ def test_dropped_reasoning_merges_only_with_a_normaliser(play):
     assert "Two and two" in "".join(b.text for b in merged.blocks)
     samples = episode_samples(episode, "text", normalize=strip_reasoning)
     assert len(samples) == 1 and samples[0].weight == 1.0
+
+
+def test_strip_reasoning_is_set_in_the_training_config(play):
+    """`training.strip_reasoning` reaches the samples the trainer builds, and only with text merging: with
+    token merging it would be silently ignored, so the config rejects it (pydantic wraps the validator's
+    ConfigError in a ValidationError, like every cross-field check of SwarmConfig)."""
+    episode, _ = play("think_2_calls")
+    advantages = torch.zeros(1)
+    assert len(build_samples([episode], TrainingConfig(merge="text"), advantages)) == 2
+    (sample,) = build_samples([episode], TrainingConfig(merge="text", strip_reasoning=True), advantages)
+    assert sample.weight == 1.0 and "Two and two" in "".join(b.text for b in sample.timeline.blocks)
+    with pytest.raises(ValidationError, match="set merge: text"):
+        SwarmConfig(training={"strip_reasoning": True})
+    assert SwarmConfig(training={"merge": "text", "strip_reasoning": True}).training.strip_reasoning
 
 
 def test_sibling_choices_stay_separate(play):

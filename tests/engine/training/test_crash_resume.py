@@ -9,16 +9,14 @@ import signal
 import time
 
 import torch
-from tests_support import ADMIN_TOKEN, free_port, serve_process
+from tests_support import ADMIN_TOKEN, free_port
+from tests_support import serve_process as _serve
 
 from engine.client import SwarmClient
 from engine.config import SwarmConfig
 from engine.training.checkpoint import latest_checkpoint
 
 PROMPT = [{"role": "user", "content": "Count to three."}]
-
-
-_serve = serve_process
 
 
 def _play(c: SwarmClient, task: str, rewards: list[float]) -> list[str]:

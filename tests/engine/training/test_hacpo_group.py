@@ -4,6 +4,7 @@ the spec's diagnostics are reported, and a server SIGKILLed mid-exchange loses a
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import threading
@@ -15,6 +16,7 @@ from tests_support import ADMIN_TOKEN, free_port, serve_process
 from engine.client import SwarmClient, SwarmHTTPError
 from engine.client.exchange import exchange_samples
 from engine.config import SwarmConfig
+from engine.pool.journal import PoolJournal
 
 PROMPTS = {"p0": "What is 2 + 3?", "p1": "What is 7 + 1?"}
 # Per agent, per prompt: G = 2 rewards. a's p0 group is uniform on its own but not jointly with b's.
@@ -101,6 +103,29 @@ def test_exchange_errors_are_clear(live_server):
         assert e.value.status == 422 and "mean_logprob" in e.value.reason
         empty = c.import_samples([{**own, "source": "b", "text": ""}])
         assert empty["dropped_empty"] == 1 and empty["imported"] == 0
+
+
+def test_an_import_that_cannot_be_journaled_is_a_503_and_its_retry_imports(live_server, tmp_path, monkeypatch):
+    """Imported samples are answered only once durable: a failed journal write withdraws them (503, the
+    exchange retries) instead of reporting samples that a restart would not have."""
+    srv = live_server(_cfg("a", "tiny", run_dir=str(tmp_path / "a")))
+    peer = {"source": "b", "episode_id": "e1", "task_id": "p0", "messages": [{"role": "user", "content": PROMPTS["p0"]}],
+            "text": "5", "reward": 1.0, "length": 1, "mean_logprob": -1.0}
+    real = PoolJournal._append_line
+
+    def disk_full(self, line: str) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with srv.client() as c:
+        monkeypatch.setattr(PoolJournal, "_append_line", disk_full)
+        with pytest.raises(SwarmHTTPError) as e:
+            c.import_samples([peer])
+        assert e.value.status == 503 and "could not journal 1 of 1 imported samples" in e.value.reason
+        assert len(srv.server.pool) == 0
+        monkeypatch.setattr(PoolJournal, "_append_line", real)
+        assert c.import_samples([peer])["imported"] == 1
+        assert c.import_samples([peer])["duplicates"] == 1
+    assert sum('"add"' in line for line in (tmp_path / "a" / "pool.journal.jsonl").read_text().splitlines()) == 1
 
 
 @pytest.mark.slow

@@ -1,0 +1,32 @@
+"""Crash-safe file replacement, shared by the pool journal and the metrics log."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = ["atomic_write_text", "fsync_dir"]
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Replace `path` with `text` so that a crash leaves either the old file or the new one, whole.
+
+    Written to a temporary sibling, fsynced, renamed over `path`, then the directory fsynced (so the
+    rename itself survives a crash).
+    """
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def fsync_dir(path: Path) -> None:
+    """Make the directory's entries (a rename, a new file) durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
