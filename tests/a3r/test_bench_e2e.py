@@ -28,7 +28,7 @@ from .conftest import history, wait_for
 pytestmark = [pytest.mark.tmux, pytest.mark.slow]
 
 PROJECT = Path(__file__).resolve().parents[2]
-ANCHOR = "                res = run_episodes(\n                    client,\n                    episodes,"
+ANCHOR = "        res = run_episodes(\n            clients[t],\n            episodes,"  # one step's training episodes
 SUITE = """
 name: e2e
 alpha: 0.05
@@ -75,7 +75,8 @@ def repo(tmp_path_factory) -> Path:
     jobs = root / "engine" / "jobs.py"
     text = jobs.read_text()
     assert ANCHOR in text, "engine/jobs.py changed: move the planted slowdown to the new train loop"
-    jobs.write_text(text.replace(ANCHOR, "                time.sleep(3.0)  # planted regression\n" + ANCHOR))
+    indent = ANCHOR[: len(ANCHOR) - len(ANCHOR.lstrip())]
+    jobs.write_text(text.replace(ANCHOR, indent + "time.sleep(3.0)  # planted regression\n" + ANCHOR))
     subprocess.run([*GIT, "-C", str(root), "commit", "-qam", "slow"], check=True)
     return root
 
