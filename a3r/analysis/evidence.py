@@ -219,6 +219,14 @@ def _gain(a: ArmStats) -> str:
     return _ci(a.gain_interval) if a.gain_interval is not None else "n/a"
 
 
+def _only_one_value(a: ArmStats, q: Question) -> str:
+    """The verdict when a single value was tested: it may train, but there is nothing to compare it with."""
+    return (
+        f"Cannot tell: only {q.name} {fmt(a.x)} was tested ({q.statistic} {q.metric} {_ci(a.interval)}, gain over "
+        f"the untrained level {_gain(a)}); answering the question needs at least two tested values."
+    )
+
+
 def _nothing_trains(arms: Sequence[ArmStats], q: Question) -> str:
     """The verdict when no arm's gain clears 0; says whether it is settled or just under-seeded."""
     best = max(arms, key=lambda a: a.gain_interval.mean if a.gain_interval else -math.inf)
@@ -304,7 +312,10 @@ def threshold(arms: Sequence[ArmStats], q: Question) -> ThresholdResult:
     passing = [i for i, a in enumerate(order) if status[a.label] == "pass"]
     answer = order[passing[0]] if passing else None
     neighbour = order[passing[0] - 1] if passing and passing[0] > 0 else None
-    confident = answer is not None and (neighbour is None or status[neighbour.label] == "fail")
+    # one tested value answers nothing about a range: "the smallest tested" would be that value by default
+    confident = (
+        answer is not None and len(order) >= 2 and (neighbour is None or status[neighbour.label] == "fail")
+    )
     monotone = answer is None or all(status[a.label] != "fail" for a in order[passing[0] :])
     word = "smallest" if direction == "min" else "largest"
     if q.criterion_kind == "absolute":
@@ -315,6 +326,8 @@ def threshold(arms: Sequence[ArmStats], q: Question) -> ThresholdResult:
         what = f"a gain above 0; an arm fails when its gain is shown below {margin:.0%} of {reference.label}'s"
     if not trained:
         verdict = _nothing_trains(arms, q)
+    elif len(order) < 2:
+        verdict = _only_one_value(order[0], q)
     elif answer is None:
         verdict = (
             f"No tested {q.name} is shown to reach the criterion ({what}); the closest is "
@@ -385,6 +398,8 @@ def best_arm(arms: Sequence[ArmStats], q: Question) -> BestResult:
         return BestResult(None, (), (), {}, False, _nothing_trains(arms, q))
     best = max(trained, key=lambda a: (a.interval.mean, a.n))
     others = [a for a in arms if a is not best]
+    if not others:
+        return BestResult(best, (), (), {}, False, _only_one_value(best, q))
     level = look_level(q.alpha, q.looks, max(1, len(others)))
     diffs = {a.label: _diff(best, a, q, level) for a in others}
     dominated = tuple(

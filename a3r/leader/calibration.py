@@ -41,6 +41,7 @@ __all__ = [
     "pool_seeds",
     "reference_arm",
     "size_budget",
+    "wall_budget_advice",
 ]
 
 # The smallest effect a comparison is sized to detect: half the reference configuration's gain (the same
@@ -302,6 +303,23 @@ def pool_seeds(design: StageDesign, earlier: list[StageDesign]) -> StageDesign |
         "and only get the missing ones."
     )
     return design.model_copy(update={"arms": arms, "rationale": [*design.rationale, note]})
+
+
+def wall_budget_advice(budget: ResearchBudget, needed: int, left: int, per_run_s: float, spent_s: float) -> str:
+    """The answer when training is visible but the wall budget cannot hold the first comparison: "cannot
+    tell", with the total_wall_s that would hold it at the measured cost per run."""
+    total = budget.total_wall_s
+    suggest = math.ceil((spent_s + needed * per_run_s) / 60) * 60
+    held = (
+        f"the wall budget ({fmt(total)} s, {fmt(spent_s)} s spent) holds {left} more at about {fmt(per_run_s)} s each"
+        if total is not None
+        else f"the run budget (max_runs {budget.max_runs}) holds {left} more"
+    )
+    return (
+        f"Cannot tell: the budget is spent before any comparison. Training is visible, but the first stage needs "
+        f"{needed} run(s) and {held}. To answer, rerun with --budget total_wall_s={suggest} (or raise max_runs, "
+        "or name fewer values or seeds)."
+    )
 
 
 def no_training_advice(

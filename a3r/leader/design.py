@@ -45,7 +45,12 @@ __all__ = [
 
 
 class BudgetError(ValueError):
-    """The budget cannot hold even the smallest sensible design; the message says what to raise."""
+    """The budget cannot hold even the smallest sensible design; the message says what to raise.
+    `needed` and `left` are the runs that design takes and the runs the budget still holds."""
+
+    def __init__(self, message: str, *, needed: int, left: int):
+        super().__init__(message)
+        self.needed, self.left = needed, left
 
 
 class ResearchBudget(BaseModel):
@@ -217,7 +222,9 @@ def first_stage(goal: Goal, budget: ResearchBudget, prior: list[StageDesign] | N
         raise BudgetError(
             f"the first stage needs {n} runs ({len(xs)} values x {len(levels)} levels x {seeds} seeds, at least "
             f"min_seeds={budget.min_seeds} per arm for any verdict) but the budget has {left} left; raise max_runs "
-            "(or total_wall_s) or name fewer values"
+            "(or total_wall_s) or name fewer values",
+            needed=n,
+            left=left,
         )
     arms = [
         Arm(x=x, level=lv, seeds=keep, why="coarse grid")

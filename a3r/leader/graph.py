@@ -48,8 +48,9 @@ from a3r.leader.calibration import (
     no_training_advice,
     pool_seeds,
     size_budget,
+    wall_budget_advice,
 )
-from a3r.leader.design import ResearchBudget, StageDesign
+from a3r.leader.design import BudgetError, ResearchBudget, StageDesign
 from a3r.leader.goals import Goal
 from a3r.leader.observe import RunRecord, observe
 from a3r.leader.planning import stage_prior_s
@@ -280,7 +281,13 @@ def build_graph(ws: Workspace, policy: Policy) -> StateGraph:
         if cal.visible:
             per_run = grid_run_seconds(goal, budget, cal, cfg.base_job)
             sized, why = size_budget(goal, budget, cal, len(records_of(state, goal)), spent, per_run)
-            nxt = policy.plan_stage(goal, sized, designs, None)
+            try:
+                nxt = policy.plan_stage(goal, sized, designs, None)
+            except BudgetError as e:  # the calibration spent what the grid needed: an answer, not a crash
+                advice = wall_budget_advice(budget, e.needed, e.left, per_run, spent)
+                decision = Decision(action="finish", reason=f"{seen} {' '.join(why)} {advice}")
+                out = finish_stage(state, f"{seen} {advice}", decision, designs, records)
+                return {**out, "calibration": cals, "budget": sized.model_dump(mode="json")}
             reason = f"{seen} Training is visible. " + " ".join(why)
             decision = Decision(action="continue", reason=reason, next_stage=nxt, author="offline")
             out = finish_stage(state, seen, decision, designs, records)

@@ -110,6 +110,14 @@ def test_fewer_than_min_seeds_gets_no_label():
     assert set(th.status.values()) == {"uncertain"} and th.answer is None
 
 
+@pytest.mark.parametrize("shape", ["minimum", "best", "compare"])
+def test_one_tested_value_answers_nothing_even_when_it_trains(shape):
+    # what a campaign holds when its budget ends after the calibration: only the reference arm, training well
+    ev = analyse(q(shape), runs({8: [0.30, 0.33, 0.28]}))
+    assert not ev.nothing_trains and not ev.conclusive
+    assert ev.answer.startswith("Cannot tell: only batch size 8 was tested")
+
+
 def test_minimum_with_a_relative_criterion_fixed_by_the_calibration():
     # the reference (4) has calibration runs with gain 0.2; half of it is the criterion
     ref = [

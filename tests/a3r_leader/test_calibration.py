@@ -16,10 +16,12 @@ from a3r.leader.calibration import (
     pool_seeds,
     reference_arm,
     size_budget,
+    wall_budget_advice,
 )
 from a3r.leader.costs import run_seconds
-from a3r.leader.design import Arm, ResearchBudget, StageDesign
+from a3r.leader.design import Arm, BudgetError, ResearchBudget, StageDesign
 from a3r.leader.goals import parse_goal
+from a3r.leader.policy import OfflinePolicy
 
 BASE = {"eval_size": 64, "swarm": {"model": {"name": "smollm2-135m"}, "training": {"lr": 2e-5}}}
 
@@ -55,6 +57,25 @@ def test_a_visible_gain_sizes_the_grid_for_power():
     tight = budget.model_copy(update={"total_wall_s": 1000.0})
     capped, why = size_budget(goal, tight, cal, runs_done=3, wall_spent_s=400, per_run_s=100)
     assert capped.max_runs == 3 + 6 and any("wall budget" in w for w in why)
+
+
+def test_a_calibration_that_spends_the_wall_budget_ends_in_cannot_tell_with_the_budget_that_would_do():
+    # the demo's shape: 3 pilot runs of batch size 8 at 270 s each spent 810 s of 1080
+    goal = parse_goal("smallest batch size that trains arithmetic (2 to 8)")
+    budget = ResearchBudget(grid_points=2, steps=8, seeds=5, max_seeds=5, max_stages=1, min_stages=1,
+                            max_runs=8, total_wall_s=1080.0)
+    design = calibration_stage(goal, budget)
+    cal = measure(goal, budget, design, [(0.25, 0.55), (0.25, 0.61), (0.25, 0.50)], [270, 270, 270],
+                  eval_items=64)
+    sized, _why = size_budget(goal, budget, cal, runs_done=3, wall_spent_s=810, per_run_s=120)
+    assert sized.max_runs == 3 + 2  # floor(270 / 120)
+    with pytest.raises(BudgetError) as e:
+        OfflinePolicy().plan_stage(goal, sized, [design], None)
+    assert (e.value.needed, e.value.left) == (3, 2)  # batch size 2 needs min_seeds=3 runs
+    advice = wall_budget_advice(budget, e.value.needed, e.value.left, 120, 810)
+    # 810 s spent + 3 runs x 120 s = 1170 s, rounded up to the minute: 1200
+    assert advice.startswith("Cannot tell") and "--budget total_wall_s=1200" in advice
+    assert "needs 3 run(s)" in advice and "holds 2 more at about 120 s each" in advice
 
 
 def test_a_gain_that_is_not_visible_gets_advice_not_a_grid():
