@@ -9,13 +9,16 @@ the other is strong and their capabilities differ. Then, per seed and method, a 
 (one swarm server per agent) runs RL on the mixed task from the same SFT checkpoints and the same prompt
 order (the seed), and held-out greedy accuracy is measured before and after for each agent.
 
-Reported: accuracy per agent and method; paired bootstrap 95% intervals (over seeds) of HACPO - GSPOx2,
+Reported: accuracy per agent and method; paired t 95% intervals (over seeds) of HACPO - GSPOx2,
 GSPOx2 - naive and HACPO - GSPO; per-step diagnostics from the servers' metrics (cross-sample s
 mean/min/max, share below the lower clip, clip fractions per m, P_j, omega, zero-variance group share own
 vs joint, re-tokenisation length ratio and truncation) and each agent's accuracy on its own rollouts.
 
     python benchmarks/hacpo_toy.py --seeds 0 1 2 --out docs/benchmarks/hacpo_toy       # the lead runs this
     python benchmarks/hacpo_toy.py --smoke --out /tmp/hacpo_smoke                       # minutes, tiny models
+
+A finished run (its `summary.json`, and `toy_job.json` equal to the job planned now) is reused, so an
+interrupted reproduction resumes by running the same command; the SFT checkpoints are reused likewise.
 """
 
 from __future__ import annotations
@@ -23,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import random
 import shlex
 import shutil
 import statistics
@@ -37,6 +39,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
+from a3r.analysis import t_interval  # noqa: E402
 from engine.backends.torch.trainer import TorchTrainer  # noqa: E402
 from engine.config import ModelConfig, SwarmConfig  # noqa: E402
 from engine.jobs import TrainJob, train  # noqa: E402
@@ -115,6 +118,36 @@ def job_for(seed: int, method: str, agents: dict, args) -> TrainJob:
     )
 
 
+RUN_RECORD = "toy_run.json"  # the job a run dir ran and its wall seconds
+
+
+def finished(run_dir: Path, job: TrainJob) -> dict | None:
+    """The record of a finished run of exactly this job, so that an interrupted reproduction resumes by
+    running the same command; None when it has to run (a different job's run dir is an error)."""
+    path = run_dir / RUN_RECORD
+    if not (run_dir / "summary.json").exists() or not path.exists():
+        return None
+    record = json.loads(path.read_text())
+    if record.get("wall_s") is None:
+        return None
+    if TrainJob.model_validate(record["job"]) != job:
+        raise SystemExit(f"{run_dir} holds a finished run of another job than the one planned now; delete it or pass another --runs")
+    return record
+
+
+def run_once(run_dir: Path, job: TrainJob) -> dict:
+    """Train `job` in a fresh `run_dir`; its record (job, wall seconds)."""
+    shutil.rmtree(run_dir, ignore_errors=True)  # an unfinished run's partial metrics would mix in
+    run_dir.mkdir(parents=True)
+    record = {"job": job.model_dump(mode="json"), "wall_s": None}
+    (run_dir / RUN_RECORD).write_text(json.dumps(record, indent=2))
+    t0 = time.time()
+    train(job, run_dir)
+    record["wall_s"] = time.time() - t0
+    (run_dir / RUN_RECORD).write_text(json.dumps(record, indent=2))
+    return record
+
+
 def read_run(run_dir: Path, summary: dict) -> dict:
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     steps: dict[str, list[dict]] = {}
@@ -126,11 +159,11 @@ def read_run(run_dir: Path, summary: dict) -> dict:
 
 
 # -- statistics -------------------------------------------------------------------------------------
-def paired_bootstrap(diffs: list[float], n: int = 10_000, seed: int = 0) -> tuple[float, float, float]:
-    """Mean of paired differences and its percentile 95% interval, resampling the pairs (seeds)."""
-    rng = random.Random(seed)
-    means = sorted(statistics.fmean(rng.choices(diffs, k=len(diffs))) for _ in range(n))
-    return statistics.fmean(diffs), means[int(0.025 * n)], means[int(0.975 * n) - 1]
+def paired_t(diffs: list[float]) -> tuple[float, float, float]:
+    """Mean of the paired (per-seed) differences and its t 95% interval. With 3 seeds the interval is as
+    wide as 2 degrees of freedom make it; a percentile bootstrap of 3 values would understate that."""
+    iv = t_interval(diffs)
+    return iv.mean, iv.lo, iv.hi
 
 
 def compare(runs: dict, agents: list[str], seeds: list[int], methods: list[str]) -> dict:
@@ -140,7 +173,7 @@ def compare(runs: dict, agents: list[str], seeds: list[int], methods: list[str])
             continue
         for agent in agents:
             diffs = [runs[(s, a)]["after"][agent] - runs[(s, b)]["after"][agent] for s in seeds]
-            mean, lo, hi = paired_bootstrap(diffs)
+            mean, lo, hi = paired_t(diffs)
             out[f"{a}-{b}/{agent}"] = {"mean": mean, "ci95": [lo, hi], "diffs": diffs}
     return out
 
@@ -188,14 +221,14 @@ def markdown(report: dict, agents: list[str], methods: list[str], seeds: list[in
     cmd = report["command"]
     lines = [
         "# HACPO toy reproduction (CPU)", "",
-        f"Command: `{cmd}`", f"Machine: {report['machine']}; wall time {report['wall_s'] / 60:.1f} min.", "",
+        f"Command: `{cmd}`", f"Machine: {report['machine']}; {report['compute_s'] / 60:.1f} min of runs (SFT and RL, run one at a time).", "",
         "Held-out greedy accuracy after RL, mean over seeds (before RL: "
         + ", ".join(f"{a} {report['before'][a]:.3f}" for a in agents) + ").", "",
         "| method | " + " | ".join(agents) + " |", "|---|" + "---|" * len(agents),
     ]
     for m in methods:
         lines.append(f"| {m} | " + " | ".join(f"{statistics.fmean(runs[(s, m)]['after'][a] for s in seeds):.3f}" for a in agents) + " |")
-    lines += ["", "Paired differences over seeds (bootstrap 95% interval):", "", "| comparison | mean | 95% CI |", "|---|---|---|"]
+    lines += ["", "Paired differences over seeds (t 95% interval; undefined when every seed gives the same difference):", "", "| comparison | mean | 95% CI |", "|---|---|---|"]
     for k, v in report["comparisons"].items():
         lines.append(f"| {k} | {v['mean']:+.3f} | [{v['ci95'][0]:+.3f}, {v['ci95'][1]:+.3f}] |")
     lines += ["", f"Measured ordering (mean over agents): {report['ordering']}", "", "![results](" + Path(report["out"]).name + ".png)", ""]
@@ -234,21 +267,24 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     held_out_ids = {it.id for it in split_items(get_task(TASK), 0, args.eval_size, 0, HELD_OUT_SEED)[1]}
 
-    sft_info, runs = {}, {}
+    sft_info, runs, compute_s = {}, {}, 0.0
     for seed in args.seeds:
         dirs = {"smol": runs_root / f"sft/smol-seed{seed}", "bytes": runs_root / f"sft/bytes-seed{seed}"}
         sft_info[seed] = {
             "smol": supervise(args.first_model, "+", seed, args.sft_lr or 2e-5, args, dirs["smol"], held_out_ids),
             "bytes": supervise(args.second_model, "-", seed, args.sft_lr or 1e-3, args, dirs["bytes"], held_out_ids),
         }
+        compute_s += sft_info[seed]["smol"]["wall_s"] + sft_info[seed]["bytes"]["wall_s"]
         agents = {
             "smol": {"model": {"name": str(dirs["smol"].resolve())}, "lr": args.lr_first},
             "bytes": {"model": {"name": str(dirs["bytes"].resolve())}, "lr": args.lr_second},
         }
         for method in args.methods:
             run_dir = runs_root / f"seed{seed}-{method}"
-            shutil.rmtree(run_dir, ignore_errors=True)  # a rerun measures afresh, never resumes a finished run
-            summary = train(job_for(seed, method, agents, args), run_dir)
+            job = job_for(seed, method, agents, args)
+            record = finished(run_dir, job) or run_once(run_dir, job)
+            compute_s += record["wall_s"]
+            summary = json.loads((run_dir / "summary.json").read_text())
             runs[(seed, method)] = read_run(run_dir, summary)
             print(f"seed {seed} {method}: before {summary.get('accuracy_before')} after {summary.get('accuracy_after')}", flush=True)
 
@@ -258,7 +294,8 @@ def main() -> None:
     report = {
         "command": shlex.join(["python", "benchmarks/hacpo_toy.py", *sys.argv[1:]]),
         "machine": f"{platform.machine()} {platform.processor() or ''} {torch.get_num_threads()} threads, torch {torch.__version__}".strip(),
-        "wall_s": time.time() - t0,
+        "wall_s": time.time() - t0,  # this invocation (a resumed one reuses finished runs)
+        "compute_s": compute_s,  # every SFT and RL run, wherever it ran: the reproduction's cost
         "out": str(out),
         "config": {k: v for k, v in vars(args).items()},
         "sft": sft_info,

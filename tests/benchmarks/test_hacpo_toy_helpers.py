@@ -1,9 +1,11 @@
-"""Pure helpers of benchmarks/hacpo_toy.py: paired bootstrap, the ordering (ties stay ties), the gold
+"""Pure helpers of benchmarks/hacpo_toy.py: paired t interval, reuse of finished runs, the ordering (ties stay ties), the gold
 SFT episode, and the job each method runs (same seed, same agents, only the method differs)."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
 
 import pytest
 from tests_support import load_benchmark
@@ -11,10 +13,26 @@ from tests_support import load_benchmark
 ht = load_benchmark("hacpo_toy")
 
 
-def test_paired_bootstrap_interval_brackets_the_mean_and_collapses_for_equal_pairs():
-    mean, lo, hi = ht.paired_bootstrap([0.1, 0.2, 0.3, 0.0, 0.4], n=2000)
-    assert mean == pytest.approx(0.2) and 0.0 <= lo < mean < hi <= 0.4
-    assert ht.paired_bootstrap([0.05] * 3, n=100) == pytest.approx((0.05, 0.05, 0.05))
+def test_paired_t_interval_is_the_textbook_one_and_undefined_for_equal_pairs():
+    mean, lo, hi = ht.paired_t([0.1, 0.2, 0.3, 0.0, 0.4])
+    half = 2.7764451051977987 * 0.15811388300841897 / 5**0.5  # t(0.975, 4) * sd / sqrt(5)
+    assert (mean, lo, hi) == pytest.approx((0.2, 0.2 - half, 0.2 + half))
+    mean, lo, hi = ht.paired_t([0.25] * 3)  # no spread and no known noise: no false certainty
+    assert mean == 0.25 and (lo, hi) == (-math.inf, math.inf)
+
+
+def test_a_finished_run_is_reused_only_for_the_same_job(tmp_path):
+    args = argparse.Namespace(eval_size=4, max_tokens=8, batch=2, group=2, steps=1, mini_batch=4, eps_low=3e-3, eps_high=4e-3)
+    agents = {"smol": {"model": {"name": "tiny"}}, "bytes": {"model": {"name": "tiny-bytes"}}}
+    job = ht.job_for(0, "hacpo", agents, args)
+    assert ht.finished(tmp_path, job) is None  # nothing there yet
+    (tmp_path / ht.RUN_RECORD).write_text(json.dumps({"job": job.model_dump(mode="json"), "wall_s": None}))
+    (tmp_path / "summary.json").write_text("{}")
+    assert ht.finished(tmp_path, job) is None  # interrupted before its wall time was written: run again
+    (tmp_path / ht.RUN_RECORD).write_text(json.dumps({"job": job.model_dump(mode="json"), "wall_s": 12.5}))
+    assert ht.finished(tmp_path, job)["wall_s"] == 12.5
+    with pytest.raises(SystemExit, match="another job"):
+        ht.finished(tmp_path, ht.job_for(0, "gspo", agents, args))
 
 
 def test_ordering_writes_ties_as_ties():
