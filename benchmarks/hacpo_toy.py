@@ -113,7 +113,7 @@ def job_for(seed: int, method: str, agents: dict, args) -> TrainJob:
         team={
             "method": method,
             "agents": agents,
-            "hacpo": {"eps_low": args.eps_low, "eps_high": args.eps_high},
+            "hacpo": {"eps_low": args.eps_low, "eps_high": args.eps_high, "cross_normalization": args.normalization},
         },
     )
 
@@ -254,6 +254,10 @@ def main() -> None:
     ap.add_argument("--eps-high", type=float, default=4e-3)
     ap.add_argument("--max-tokens", type=int, default=8)
     ap.add_argument("--eval-size", type=int, default=100)
+    ap.add_argument(
+        "--normalization", choices=["token", "char"], default="char",
+        help="cross-sample ratio: char (per-character, the spec's variant for a byte tokenizer against BPE) or token",
+    )
     ap.add_argument("--out", default="docs/benchmarks/hacpo_toy")
     ap.add_argument("--runs", default="runs/hacpo_toy")
     ap.add_argument("--smoke", action="store_true", help="tiny models and sizes: checks the pipeline in minutes")

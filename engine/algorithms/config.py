@@ -160,6 +160,12 @@ class HacpoConfig(_Frozen):
     stepwise_schedule: bool = Field(
         True, description="False: constant lower clip 1 - delta (ablation 'no stepwise schedule')."
     )
+    cross_normalization: Literal["token", "char"] = Field(
+        "token",
+        description="How a cross sample's ratio s averages its log-prob. token (the spec): lp_k over k's "
+        "tokens against lp_j over j's. char (the spec's variant for very different tokenizers): both "
+        "sequence log-probs divided by the reply's characters, so the divisor is the same for both sides.",
+    )
     naive_sharing: bool = Field(
         False,
         description="Naive sharing baseline: joint plain mean/std and cross samples treated as on-policy "

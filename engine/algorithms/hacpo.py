@@ -22,7 +22,12 @@ samples. Implemented here, for one learner k and one training step:
 Not here (the trainer's job): sampling, computing lp_src (the generating agent's mean old log-prob,
 EOS excluded; for own samples pi_old^k's), re-tokenising cross samples for k (dropping empty ones,
 truncating long ones), ordering own-then-cross mini-batches and counting m, GSPO / GSPOx2 baselines
-(own samples only: a sampling setting). Not implemented: the per-character normalisation variant.
+(own samples only: a sampling setting).
+
+Per-character variant (`cross_normalization="char"`): with very different tokenizers (bytes against BPE)
+the per-token means lp_k and lp_j average over different numbers of tokens, so s sits far outside [lo, 1]
+and every cross sample is discarded. The variant divides both sequence log-probs by the reply's characters:
+s = exp((sum log pi_k - L_j lp_j) / chars), the per-character geometric mean of the sequence ratio.
 
 Registry: HACPO is NOT registered as an advantage estimator or policy loss; its inputs (source agents,
 capabilities, per-sequence lp_src from another tokenizer, omega, m) do not fit those signatures, so this
@@ -225,6 +230,7 @@ def hacpo_loss(
     m: int,
     cfg: HacpoConfig,
     ref_logp_BT: torch.Tensor | None = None,
+    cross_chars_B: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """HACPO's per-sequence objective for one mini-batch of learner k (see the module docstring).
 
@@ -232,6 +238,9 @@ def hacpo_loss(
     lp_src_B: source policy's mean old log-prob per sequence (own: pi_old^k); omega_B: omega(src -> k)
     (ignored on own rows); cross_B: bool, True for other agents' samples; weights_B: sample weights;
     m: this learner's optimizer mini-batch step within the training step, from 0.
+    cross_chars_B: the per-character variant (`cfg.cross_normalization == "char"`): each cross reply's
+    character count; a cross row's lp_k is then sum_t log pi_k / chars, and lp_src_B must hold the source's
+    sequence log-prob divided by the same count (lp_j * L_j / chars). Own rows keep the token mean.
     Metrics: pg_loss, and per present kind: own_clip_frac, own_s_mean; cross_s_mean/min/max, cross_lo,
     cross_below_lo_frac, cross_above_1_frac (shares of cross samples without gradient); kl when given.
     """
@@ -261,6 +270,11 @@ def hacpo_loss(
     logp_BT = torch.where(keep_BT, logp_BT, 0.0)  # padding garbage (-inf) must not reach values or grads
 
     lp_k_B = masked_mean(logp_BT, mask_BT, dim=-1)  # lp_k = mean_t log pi_k(y_t)             (B,)
+    if cfg.cross_normalization == "char":
+        if cross_chars_B is None or tuple(cross_chars_B.shape) != (B,):
+            raise ValueError("cross_normalization='char' needs cross_chars_B, one character count per sequence")
+        per_char_B = logp_BT.sum(-1) / cross_chars_B.to(dtype).clamp_min(1.0)  # sum_t log pi_k / chars
+        lp_k_B = torch.where(cross_B.bool(), per_char_B, lp_k_B)
     log_s_B = (lp_k_B - lp_src_B.to(dtype)).clamp(-cfg.log_ratio_clamp, cfg.log_ratio_clamp)
     s_B = log_s_B.exp()  # s = exp(clamp(lp_k - lp_src, -10, 10))                              (B,)
 

@@ -5,7 +5,8 @@ engine.training.exchange):
 - acc_j(t) per agent j from the batch's rewards, pushed into the learner's `CapabilityTracker` -> P_j;
 - capability-aware advantages per prompt group of all n*G responses (`hacpo_advantages`);
 - omega(src -> k) and lp_src per sequence (own: pi_old^k's mean sampling log-prob over the trainable
-  tokens, the same tokens lp_k averages; cross: lp_j as exported);
+  tokens, the same tokens lp_k averages; cross: lp_j as exported, or lp_j * L_j / chars for the
+  per-character variant);
 - the samples ordered own first, then cross, so mini-batches cut in order are pure own or pure cross.
 
 Diagnostics of the spec: P_j, omega, the share of zero-variance groups own-only vs joint, the cross
@@ -34,12 +35,26 @@ class LearnerView:
     omega: list[float]
     cross: list[bool]
     n_own: int
+    chars: list[float]  # reply characters per sample (cross_normalization="char" divides by them)
     metrics: dict[str, float] = field(default_factory=dict)
 
 
 def _mean_sampled_logprob(sample: Sample) -> float:
     lps = [lp for b in sample.timeline.blocks if b.trainable for lp in (b.logprobs or [0.0] * len(b.token_ids))]
     return sum(lps) / len(lps) if lps else 0.0
+
+
+def _reply_chars(sample: Sample) -> int:
+    return sum(len(b.text) for b in sample.timeline.blocks if b.trainable)
+
+
+def _cross_lp_src(ep: EpisodeResult, sample: Sample, cfg: HacpoConfig) -> float:
+    """lp_src of a cross sample: lp_j as exported, or for the per-character variant the source's sequence
+    log-prob over the reply's characters (lp_j * L_j / chars)."""
+    lp_j = float(ep.metadata[LP_SRC_KEY])
+    if cfg.cross_normalization == "token":
+        return lp_j
+    return lp_j * float(ep.metadata[SRC_LEN_KEY]) / max(1, _reply_chars(sample))
 
 
 def _uniform_share(rewards_by_group: dict[str, list[float]]) -> float:
@@ -70,7 +85,7 @@ def learner_view(
         for s in episode_samples(ep, merge):
             s.advantage = float(adv.advantages_N[i])
             if is_cross(ep):
-                cross.append((s, float(ep.metadata[LP_SRC_KEY]), float(omega_N[i])))
+                cross.append((s, _cross_lp_src(ep, s, cfg), float(omega_N[i])))
             else:
                 own.append((s, _mean_sampled_logprob(s), 1.0))
     # within each part: same prompt side by side (the forward pass shares it), deterministic
@@ -107,5 +122,6 @@ def learner_view(
         omega=[o for _, _, o in ordered],
         cross=[False] * len(own) + [True] * len(cross),
         n_own=len(own),
+        chars=[float(_reply_chars(s)) for s, _, _ in ordered],
         metrics=metrics,
     )

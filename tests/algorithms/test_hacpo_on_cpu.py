@@ -296,6 +296,39 @@ def test_naive_sharing_treats_cross_samples_as_on_policy():
     assert grad.tolist()[0] == pytest.approx([0.35, 0.35])
 
 
+def test_per_character_ratio_is_tokenizer_neutral_and_has_the_closed_form_gradient():
+    # one reply "12345" (5 characters) with the same sequence log-prob -2.5 under both agents: the source
+    # cut it into 5 byte tokens (L_j = 5, lp_j = -0.5), the learner into 2 BPE tokens (-1.0, -1.5)
+    lp_j, L_j, chars = -0.5, 5, 5.0
+
+    def case(cfg, lp_src):
+        logp = t([[-1.0, -1.5]]).requires_grad_()
+        loss, metrics = hacpo_loss(
+            logp_BT=logp, mask_BT=torch.ones_like(logp), lp_src_B=t([lp_src]), advantages_B=t([2.0]),
+            omega_B=t([0.5]), cross_B=torch.ones(1, dtype=torch.bool), weights_B=torch.ones(1), m=0, cfg=cfg,
+            cross_chars_B=t([chars]),
+        )
+        loss.backward()
+        return loss.item(), logp.grad, metrics
+
+    # per token: s = exp(-1.25 - (-0.5)) = 0.47 < lo = 0.8, so the sample is discarded
+    _, grad, metrics = case(HacpoConfig(), lp_j)
+    assert metrics["cross_s_mean"] == pytest.approx(math.exp(-0.75)) and metrics["cross_below_lo_frac"] == 1.0
+    assert (grad == 0).all()
+    # per character: s = exp((-2.5 - L_j * lp_j) / 5) = 1, inside [lo, 1]; obj = s^2 * omega * A = 1
+    loss, grad, metrics = case(HacpoConfig(cross_normalization="char"), lp_j * L_j / chars)
+    assert metrics["cross_s_mean"] == pytest.approx(1.0) and metrics["cross_below_lo_frac"] == 0.0
+    assert loss == pytest.approx(-1.0)
+    # obj = sc * sg(sc) * omega * A, d sc / d lp_k = s, d lp_k / d logp_t = 1 / chars: grad = -s^2 omega A / chars
+    assert grad.tolist()[0] == pytest.approx([-0.5 * 2.0 / chars] * 2)
+    with pytest.raises(ValueError, match="cross_chars_B"):
+        hacpo_loss(
+            logp_BT=t([[-1.0]]), mask_BT=t([[1.0]]), lp_src_B=t([-1.0]), advantages_B=t([1.0]), omega_B=t([1.0]),
+            cross_B=torch.ones(1, dtype=torch.bool), weights_B=torch.ones(1), m=0,
+            cfg=HacpoConfig(cross_normalization="char"),
+        )
+
+
 def test_kl_applies_to_own_samples_only():
     logp = t([[-1.0, -2.0], [-0.5, -1.5]]).requires_grad_()
     ref = logp.detach() - t([[math.log(2.0)] * 2, [math.log(4.0)] * 2])  # own: log 2, cross: log 4

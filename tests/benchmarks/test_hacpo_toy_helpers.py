@@ -22,7 +22,7 @@ def test_paired_t_interval_is_the_textbook_one_and_undefined_for_equal_pairs():
 
 
 def test_a_finished_run_is_reused_only_for_the_same_job(tmp_path):
-    args = argparse.Namespace(eval_size=4, max_tokens=8, batch=2, group=2, steps=1, mini_batch=4, eps_low=3e-3, eps_high=4e-3)
+    args = argparse.Namespace(eval_size=4, max_tokens=8, batch=2, group=2, steps=1, mini_batch=4, eps_low=3e-3, eps_high=4e-3, normalization="char")
     agents = {"smol": {"model": {"name": "tiny"}}, "bytes": {"model": {"name": "tiny-bytes"}}}
     job = ht.job_for(0, "hacpo", agents, args)
     assert ht.finished(tmp_path, job) is None  # nothing there yet
@@ -51,7 +51,7 @@ def test_gold_episode_trains_only_the_answer_and_its_end_of_turn():
 
 
 def test_every_method_runs_the_same_pair_on_the_same_prompts():
-    args = argparse.Namespace(eval_size=4, max_tokens=8, batch=2, group=2, steps=1, mini_batch=4, eps_low=3e-3, eps_high=4e-3)
+    args = argparse.Namespace(eval_size=4, max_tokens=8, batch=2, group=2, steps=1, mini_batch=4, eps_low=3e-3, eps_high=4e-3, normalization="char")
     agents = {"smol": {"model": {"name": "tiny"}}, "bytes": {"model": {"name": "tiny-bytes"}}}
     jobs = {m: ht.job_for(1, m, agents, args) for m in ht.METHODS}
     assert {j.seed for j in jobs.values()} == {1} and {j.task for j in jobs.values()} == {"arithmetic_pm"}

@@ -52,6 +52,7 @@ class HacpoTrainer(TorchTrainer):
         lp_src = torch.tensor(view.lp_src, dtype=torch.float32)
         omega = torch.tensor(view.omega, dtype=torch.float32)
         cross = torch.tensor(view.cross, dtype=torch.bool)
+        chars = torch.tensor(view.chars, dtype=torch.float32)
         # own first, then cross; each part cut in order so a mini-batch is pure own or pure cross
         minis = chunks(view.n_own, t.mini_batch_size) + [
             slice(s.start + view.n_own, s.stop + view.n_own) for s in chunks(n - view.n_own, t.mini_batch_size)
@@ -81,6 +82,7 @@ class HacpoTrainer(TorchTrainer):
                         m=m,
                         cfg=self.hacpo_cfg,
                         ref_logp_BT=fw.ref_logp_BT,
+                        cross_chars_B=chars[rows],
                     )
                     share = float(c.weights_B.sum()) / total if total else 0.0
                     (loss * share).backward()

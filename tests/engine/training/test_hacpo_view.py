@@ -92,6 +92,23 @@ def test_learner_view_matches_the_spec_by_hand(tok):
     assert view.metrics["zero_var_frac_own"] == 0.5 and view.metrics["zero_var_frac_joint"] == 0.5
 
 
+def test_per_character_view_divides_the_source_sequence_log_prob_by_the_reply_characters(tok):
+    own = [_own(tok, "a1", "t1", "15", 1.0, [-0.2, -0.4, -0.1]), _own(tok, "a2", "t1", "4", 0.0, [-1.0, -2.0])]
+    # the source exported "150" as 2 of its tokens with mean log-prob -0.9: sequence log-prob -1.8
+    cross = import_sample(
+        SharedSample(source="b", episode_id="b0", task_id="t1", messages=MSGS, text="150", reward=1.0, length=2, mean_logprob=-0.9),
+        tok, [tok.eos_token_id], 4096,
+    )
+    tracker = CapabilityTracker(window=5)
+    view = learner_view([*own, cross], "a", tracker, HacpoConfig(cross_normalization="char"), "token")
+    lp = dict(zip((s.episode_id for s in view.samples), view.lp_src, strict=True))
+    chars = dict(zip((s.episode_id for s in view.samples), view.chars, strict=True))
+    assert lp["b/b0"] == pytest.approx(-1.8 / 3) and chars["b/b0"] == 3.0
+    assert lp["a1"] == pytest.approx(-0.7 / 3)  # own samples keep the per-token mean of the spec
+    token_view = learner_view([*own, cross], "a", CapabilityTracker(window=5), HacpoConfig(), "token")
+    assert dict(zip((s.episode_id for s in token_view.samples), token_view.lp_src, strict=True))["b/b0"] == -0.9
+
+
 def test_hacpo_step_does_not_depend_on_the_micro_batch_size(tok):
     """Own and cross mini-batches accumulate over micro-batches to the same update as one big pass."""
     from engine.backends.torch.hacpo_trainer import HacpoTrainer
