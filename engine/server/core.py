@@ -28,6 +28,7 @@ from engine.pool.pool import SamplePool
 from engine.server.episodes import EndOutcome, EpisodeEnd, EpisodeRegistry, LiveEpisode
 from engine.server.state import ServerState, StateMachine
 from engine.tracking.chat import TOOL_CALL_OPEN, parse_tool_calls, render_prompt
+from engine.tracking.history import HistoryReuse, reuse_sampled_ids, sampled_replies
 from engine.training.exchange import (
     TRUNCATED_KEY,
     SharedSample,
@@ -96,6 +97,7 @@ class SwarmServer:
         # weights are on disk, so a crash in between replays them instead of losing them.
         self._uncheckpointed: list[EpisodeResult] = []
         self._sweeper: asyncio.Task | None = None
+        self.history = HistoryReuse()  # re-sent assistant turns: fed as sampled ids, already equal, or fallback
         self._cross_dropped = 0  # peers' samples that re-tokenised to nothing since the last step
         # Ends and prepares whose journal write is in flight, by key: a retry waits for the first one's answer.
         self._ending: dict[str, asyncio.Future[EndOutcome]] = {}
@@ -450,6 +452,9 @@ class SwarmServer:
         rendered = render_prompt(
             backend.tokenizer, messages, tools, end_of_turn_ids=backend.inference.stop_token_ids
         )
+        if self.config.episodes.exact_history:
+            rendered, reuse = reuse_sampled_ids(rendered, sampled_replies(ep.tracker.timelines))
+            self.history += reuse
         limit = self.config.episodes.max_context_tokens
         if len(rendered.token_ids) + params.max_new_tokens > limit:
             raise BadRequest(
@@ -596,6 +601,7 @@ class SwarmServer:
             "clients": {c: {"agree": v["agree"], "last_seen": v["last_seen"]} for c, v in self.clients.items()},
             "last_metrics": self.metrics[-1] if self.metrics else None,
             "groups_in_doubt": self.pool.group_table.in_doubt(),
+            "history": self.history.as_dict(),
             "error": self.error,
             "config": self.config.model_dump(mode="json"),
         }

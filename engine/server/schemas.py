@@ -117,5 +117,10 @@ class StatusResponse(BaseModel):
     clients: dict[str, dict[str, Any]]
     last_metrics: dict[str, float] | None
     groups_in_doubt: list[str] = Field(default_factory=list, description="Prepared groups awaiting commit/abort.")
+    history: dict[str, int] = Field(
+        default_factory=dict,
+        description="Re-sent assistant turns since start: replaced (fed as the sampled ids), identical "
+        "(already equal), fallback (no sampled reply with that text: the template's ids).",
+    )
     error: str | None
     config: dict[str, Any] | None

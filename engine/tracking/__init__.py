@@ -2,7 +2,8 @@
 merge prefix-sharing timelines into weighted training samples.
 
 Modules: `chat` (render_prompt, tool-call text), `messages` (request validation), `tracker`
-(ContextTracker), `merging` (merge_timelines, episode_samples).
+(ContextTracker), `history` (re-sent replies fed as their sampled ids), `merging` (merge_timelines,
+episode_samples).
 """
 
 from engine.tracking.chat import RenderedPrompt, format_tool_calls, parse_tool_calls, render_prompt

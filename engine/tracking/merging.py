@@ -30,7 +30,8 @@ as one block after the prompt's generation-prompt block. With ChatML (SmolLM2), 
 Consequences: a reply cut by `max_tokens` (no end-of-turn token sampled) never matches its re-rendering
 (the template closes the turn), nor does a reply the client edits, nor one whose tool calls the server
 parsed from non-canonical text (`chat.format_tool_calls`): these stay separate samples, which is always
-safe.
+safe. Tokenizer drift (below) does not split them on the server: it feeds a re-sent reply as the ids it
+sampled (engine.tracking.history, `episodes.exact_history`), so the later call contains them literally.
 
 Token vs text mode, and what text mode costs. Token mode only merges when the survivor literally contains
 the sampled ids, so the merged sample is exactly what the model saw and produced (train/inference

@@ -267,6 +267,26 @@ def test_openai_sdk_langchain_and_raw_http_record_identical_tokens(live_server):
     assert logprobs["same-openai"] == logprobs["same-raw"]
 
 
+@pytest.mark.parametrize("exact", [True, False])
+def test_a_re_sent_reply_is_matched_to_what_the_episode_sampled(live_server, exact):
+    srv = live_server(SwarmConfig(episodes={"exact_history": exact}))
+    with srv.client() as c:
+        ep = c.begin_episode("two-calls")
+        llm = ep.openai()
+        first = llm.chat.completions.create(model="tiny", messages=MSGS, max_tokens=6, temperature=0)
+        reply = first.choices[0]
+        history = [*MSGS, {"role": "assistant", "content": reply.message.content}, {"role": "user", "content": "And?"}]
+        llm.chat.completions.create(model="tiny", messages=history, max_tokens=2, temperature=0)
+        counts = c.status()["history"]
+        ep.end(1.0)
+    if not exact:
+        assert counts == {"replaced": 0, "identical": 0, "fallback": 0}
+    elif reply.finish_reason == "length":  # cut: the template closes the turn, which was never sampled
+        assert counts == {"replaced": 0, "identical": 0, "fallback": 1}
+    else:
+        assert counts["replaced"] + counts["identical"] == 1 and counts["fallback"] == 0
+
+
 def test_streaming_is_real_sse_and_matches_the_non_streamed_reply(live_server):
     srv = live_server()
     with srv.client() as c:

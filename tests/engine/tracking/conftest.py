@@ -11,6 +11,7 @@ import pytest
 
 from engine.backends.base import Completion
 from engine.tracking.chat import render_prompt
+from engine.tracking.history import HistoryReuse, reuse_sampled_ids, sampled_replies
 from engine.tracking.tracker import ContextTracker
 from engine.types import EpisodeResult
 
@@ -51,9 +52,11 @@ class EpisodeSim:
     distinct per call and position so tests can check that the right ones survive merging.
     """
 
-    def __init__(self, tokenizer: Any):
+    def __init__(self, tokenizer: Any, *, exact_history: bool = False):
         self.tok = tokenizer
         self.tracker = ContextTracker()
+        self.exact_history = exact_history  # as the server's episodes.exact_history: re-sent replies as sampled ids
+        self.history = HistoryReuse()
 
     def step(
         self,
@@ -65,6 +68,10 @@ class EpisodeSim:
         n: int = 1,
     ) -> list[Completion]:
         rendered = render_prompt(self.tok, messages, tools)
+        if self.exact_history:
+            rendered, reuse = reuse_sampled_ids(rendered, sampled_replies(self.tracker.timelines))
+            self.history += reuse
+        self.fed = rendered.token_ids  # what the model was given
         replies = (
             reply if isinstance(reply, list) and reply and isinstance(reply[0], (str, list)) else [reply] * n
         )

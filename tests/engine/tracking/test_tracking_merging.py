@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from engine.config import SwarmConfig, TrainingConfig
 from engine.errors import ConfigError
-from engine.tracking.chat import parse_tool_calls
+from engine.tracking.chat import parse_tool_calls, render_prompt
 from engine.tracking.merging import blocks_match, episode_samples, merge_timelines, strip_reasoning
 from engine.training.batch import build_samples
 from engine.types import Author, Block, Timeline
@@ -142,11 +142,28 @@ def edited_2_calls(sim):
     return sim.episode()
 
 
+def exact(builder):
+    """The scenario `builder` played with exact histories (the server's default)."""
+
+    def play(sim):
+        sim.exact_history = True
+        return builder(sim)
+
+    return play
+
+
 # scenario -> (builder, template or None, expected sample counts per mode)
 SCENARIOS = {
     "chat_3_calls": (chat_3_calls, None, {"token": 1, "text": 1, "off": 3}),
     "tool_3_calls": (tool_3_calls, None, {"token": 1, "text": 1, "off": 3}),
     "drift_2_calls": (drift_2_calls, None, {"token": 2, "text": 1, "off": 2}),
+    # the server's default: the re-sent reply is fed as its sampled ids, so token mode merges too
+    "drift_2_calls_exact": (exact(drift_2_calls), None, {"token": 1, "text": 1, "off": 2}),
+    "chat_3_calls_exact": (exact(chat_3_calls), None, {"token": 1, "text": 1, "off": 3}),
+    "tool_3_calls_exact": (exact(tool_3_calls), None, {"token": 1, "text": 1, "off": 3}),
+    # a reply the client edited, or one cut by max_tokens, has no sampled match: the template's ids
+    "edited_2_calls_exact": (exact(edited_2_calls), None, {"token": 2, "text": 2, "off": 2}),
+    "truncated_2_calls_exact": (exact(truncated_2_calls), None, {"token": 2, "text": 2, "off": 2}),
     "think_2_calls": (think_2_calls, THINK_DROP, {"token": 2, "text": 2, "text+strip": 1, "off": 2}),
     "qwen3_like_tools": (lambda s: qwen3_agent(s, False), QWEN3_LIKE, {"token": 1, "text": 1, "off": 4}),
     # reasoning of turns before the follow-up question is dropped from the last call's history
@@ -236,6 +253,30 @@ def test_token_and_text_matching_disagree_on_tokenizer_drift(play, tok):
     assert merged.blocks[k].trainable and merged.blocks[k].logprobs == first.blocks[k].logprobs
     assert merged.token_ids != second.token_ids and len(merged.token_ids) == len(second.token_ids) + 1
     assert "".join(b.text for b in merged.blocks) == "".join(b.text for b in second.blocks)
+
+
+def test_exact_history_feeds_the_sampled_ids_and_counts_what_it_did(tok, make_sim):
+    sim = make_sim(tok, exact_history=True)
+    episode = drift_2_calls(sim)
+    first, second = episode.timelines
+    k = len(first.blocks) - 1
+    sampled = non_canonical_ids(tok) + [tok.eos_token_id]
+    # the model was fed the ids it sampled, not the template's canonical re-tokenisation
+    assert second.blocks[k].token_ids == sampled and not second.blocks[k].trainable
+    assert second.token_ids[: len(sim.fed)] == sim.fed  # the timeline is the prompt as fed, then the reply
+    assert "".join(b.text for b in second.blocks[:-1]) == render_prompt(tok, [
+        {"role": "user", "content": "Greet me."}, assistant("Hello there!"), {"role": "user", "content": "Again."},
+    ]).text  # texts untouched
+    assert sim.history.as_dict() == {"replaced": 1, "identical": 0, "fallback": 0}
+    (merged,) = merge_timelines(episode.timelines, "token")
+    assert merged.token_ids == second.token_ids  # token mode: the survivor is exactly what call 2 saw
+    assert merged.blocks[k].trainable and merged.blocks[k].logprobs == first.blocks[k].logprobs
+    canonical = make_sim(tok, exact_history=True)
+    chat_3_calls(canonical)
+    assert canonical.history.as_dict() == {"replaced": 0, "identical": 3, "fallback": 0}  # 1 + 2 re-sent turns
+    edited = make_sim(tok, exact_history=True)
+    edited_2_calls(edited)
+    assert edited.history.as_dict() == {"replaced": 0, "identical": 0, "fallback": 1}
 
 
 def test_dropped_reasoning_merges_only_with_a_normaliser(play):
