@@ -40,15 +40,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
 from a3r.analysis import t_interval  # noqa: E402
-from engine.backends.torch.trainer import TorchTrainer  # noqa: E402
-from engine.config import ModelConfig, SwarmConfig  # noqa: E402
+from engine.config import ModelConfig  # noqa: E402
 from engine.jobs import TrainJob, train  # noqa: E402
-from engine.models import load_model  # noqa: E402
 from engine.tasks import get_task  # noqa: E402
 from engine.tasks.arithmetic import Arithmetic  # noqa: E402
 from engine.tasks.base import HELD_OUT_SEED, split_items  # noqa: E402
-from engine.tracking.chat import render_prompt  # noqa: E402
-from engine.types import Author, Block, EpisodeResult, Timeline  # noqa: E402
+from engine.training.supervised import supervise as train_supervised  # noqa: E402
 
 TASK = "arithmetic_pm"
 METHODS = ("hacpo", "gspo", "gspox2", "naive")
@@ -61,37 +58,17 @@ DIAGNOSTICS = (
 
 
 # -- supervised warm-up ------------------------------------------------------------------------------
-def gold_episode(tokenizer, item, eot_ids) -> EpisodeResult:
-    """The prompt in the model's own chat template, then the gold answer and the end-of-turn token."""
-    rendered = render_prompt(tokenizer, [{"role": "user", "content": item.prompt}], end_of_turn_ids=eot_ids)
-    ids = tokenizer(str(item.answer), add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-    reply = Block(Author.LLM, str(item.answer), ids, [0.0] * len(ids), True)
-    return EpisodeResult(f"sft-{item.id}", item.id, "sft", 0.0, [Timeline([*rendered.blocks, reply])])
-
-
 def supervise(model: str, ops: str, seed: int, lr: float, args, out: Path, held_out_ids: set[str]) -> dict:
-    """Teach `model` one operation with the registry's nll loss; saves a plain HF dir at `out`."""
+    """Teach `model` one operation with the registry's nll loss (engine.training.supervised), in the
+    dataset's order; saves a plain HF dir at `out` and this script's summary (`sft.json`)."""
     if (out / "config.json").exists():
         return json.loads((out / "sft.json").read_text())
-    t0 = time.time()
-    torch.manual_seed(seed)
-    loaded = load_model(ModelConfig(name=model, seed=seed))
-    cfg = SwarmConfig(
-        model={"name": model, "seed": seed},
-        algorithm={"policy_loss": "nll"},
-        training={"lr": lr, "mini_batch_size": args.sft_batch, "micro_batch_size": min(8, args.sft_batch)},
-    )
-    trainer = TorchTrainer(loaded.model, loaded.tokenizer.pad_token_id, cfg)
     stream = [it for it in Arithmetic(ops=ops).dataset(4 * args.sft_steps * args.sft_batch, 5_000 + seed) if it.id not in held_out_ids]
-    losses = []
-    for step in range(args.sft_steps):
-        batch = stream[(step * args.sft_batch) % len(stream) :][: args.sft_batch]
-        m = trainer.train_step([gold_episode(loaded.tokenizer, it, loaded.end_of_turn_ids) for it in batch])
-        losses.append(m["pg_loss"])
-    out.mkdir(parents=True, exist_ok=True)
-    loaded.model.save_pretrained(out, safe_serialization=True)
-    loaded.tokenizer.save_pretrained(out)
-    info = {"model": model, "ops": ops, "steps": args.sft_steps, "nll_first": losses[0], "nll_last": losses[-1], "wall_s": time.time() - t0}
+    done = train_supervised(
+        ModelConfig(name=model), [(it.id, it.prompt, str(it.answer)) for it in stream], out,
+        steps=args.sft_steps, batch=args.sft_batch, lr=lr, seed=seed, shuffle=False,
+    )
+    info = {"model": model, "ops": ops, "steps": args.sft_steps, "nll_first": done["nll_first"], "nll_last": done["nll_last"], "wall_s": done["wall_s"]}
     (out / "sft.json").write_text(json.dumps(info))
     return info
 

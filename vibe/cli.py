@@ -83,7 +83,7 @@ def _cmd_data(args: argparse.Namespace) -> int:
 def _cmd_train(args: argparse.Namespace) -> int:
     from vibe.train import launch
 
-    launch(args.dir, steps=args.steps, recheck=args.recheck, echo=_say)
+    launch(args.dir, steps=args.steps, recheck=args.recheck, warm_start=args.warm_start, echo=_say)
     return 0
 
 
@@ -131,6 +131,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("dir")
     t.add_argument("--steps", type=int, default=20, help="training steps (default 20)")
     t.add_argument("--recheck", action="store_true", help="run the check again even if a passing one is current")
+    t.add_argument(
+        "--warm-start", type=int, default=0, metavar="N",
+        help="first N supervised steps on the training tasks' gold answers (nll loss), then RL from there (default 0: none)",
+    )
     t.set_defaults(fn=_cmd_train)
 
     s = sub.add_parser("status", help="reward per step, flags and session state of a training run")

@@ -74,10 +74,20 @@ def gate(cd: ClientDir, recheck: bool, echo: Callable[[str], None]) -> None:
                           f"fix the errors, then run vibe train again")
 
 
-def launch(path: str | Path, *, steps: int, recheck: bool = False, echo: Callable[[str], None] = print) -> str:
-    """Gate on the check, then start the run's tmux session; returns the session name."""
+def launch(
+    path: str | Path,
+    *,
+    steps: int,
+    recheck: bool = False,
+    warm_start: int = 0,
+    echo: Callable[[str], None] = print,
+) -> str:
+    """Gate on the check, then start the run's tmux session; returns the session name. `warm_start` > 0
+    runs that many supervised steps on the gold answers first (`vibe.trainer`)."""
     if steps < 1:
         raise VibeError("--steps must be at least 1")
+    if warm_start < 0:
+        raise VibeError("--warm-start must be 0 (none) or a number of supervised steps")
     cd = ClientDir.open(path)
     gate(cd, recheck, echo)
     name = session_name(cd)
@@ -85,13 +95,13 @@ def launch(path: str | Path, *, steps: int, recheck: bool = False, echo: Callabl
     rdir = run_dir(cd)
     if _alive(server, name):
         st = read_status(rdir)
-        if st is None or st["state"] == "running":
+        if st is None or st["state"] in ("running", "warm-start"):
             raise VibeError(f"{name} is already training; follow it with `vibe status {path}` or `vibe attach {path}`")
         server.kill_session(name)  # a finished run's session, kept open for viewing; this folder's own
     rdir.mkdir(parents=True, exist_ok=True)
     py = shlex.quote(sys.executable)
     client_cmd = (f"{py} -m vibe.trainer {shlex.quote(str(cd.root))} --run-dir {shlex.quote(str(rdir))} "
-                  f"--steps {int(steps)} 2>&1 | tee -a {shlex.quote(str(rdir / 'client.log'))}; exit ${{PIPESTATUS[0]}}")
+                  f"--steps {int(steps)} --warm-start {int(warm_start)} 2>&1 | tee -a {shlex.quote(str(rdir / 'client.log'))}; exit ${{PIPESTATUS[0]}}")
     env = {k: os.environ[k] for k in ("PYTHONPATH", "OMP_NUM_THREADS", "PATH") if k in os.environ}
     try:
         session = server.new_session(session_name=name, attach=False, start_directory=str(cd.root),
@@ -121,7 +131,7 @@ def status(path: str | Path) -> str:
     name = session_name(cd)
     alive = _alive(_server(), name) if shutil.which("tmux") else False
     state = st["state"]
-    if state == "running" and not alive:
+    if state in ("running", "warm-start") and not alive:
         state = "dead (the session ended without finishing; see .vibe/train/client.log)"
     lines = [f"{name}: {state}, step {st.get('step')}/{st['steps']}" + (f", error: {st['error']}" if st.get("error") else "")]
     lines += [f"  FLAG {f['code']} (step {f['step']}): {f['message']}" for f in st.get("flags", [])]

@@ -6,6 +6,10 @@ with `second_server_roles`, a second one (RUN/server-2.log, window `server-2`), 
 vibe.yaml, and plays B tasks x N episodes per step until `--steps` training steps are done. After every
 step it appends the rewards to RUN/rewards.jsonl and rewrites RUN/status.json; training whose every
 group had equal rewards `flat_steps` steps running is flagged there and on screen at once.
+
+With `--warm-start N` it first trains N supervised steps on the training tasks' gold answers
+(engine.training.supervised, the registry's nll loss) and starts every server from that checkpoint
+(RUN/warm_start/): the optional supervised warm start before RL.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from engine.jobs import ServerProcess
+from engine.training.supervised import supervise
 from vibe.config import VibeJob
 from vibe.dataset import read_jsonl
 from vibe.episode import play_task, split_roles
@@ -64,7 +69,23 @@ def _server_config(job: VibeJob, run_dir: Path, steps: int, groups_per_task: int
         "run_dir": str(run_dir), "pool": pool, "training": job.swarm.training.model_copy(update={"max_steps": steps})})
 
 
-def train(root: Path, run_dir: Path, steps: int) -> None:
+WARM_START_DIR = "warm_start"  # in the run dir: the supervised checkpoint every server starts from
+
+
+def warm_start(job: VibeJob, tasks: list[dict], run_dir: Path, steps: int) -> VibeJob:
+    """Supervised steps on the training tasks' (prompt, gold) pairs with the nll loss; the job with its
+    model (both servers' starting point) replaced by the saved checkpoint."""
+    out = run_dir / WARM_START_DIR
+    pairs = [(str(t["id"]), str(t["prompt"]), str(t["gold"])) for t in tasks]
+    print(f"[vibe] warm start: {steps} supervised step(s) on {len(pairs)} gold answer(s) -> {out}", flush=True)
+    done = supervise(job.swarm.model, pairs, out, steps=steps, batch=min(16, len(pairs)), lr=job.swarm.training.lr)
+    print(f"[vibe] warm start done: nll {done['nll_first']:.3f} -> {done['nll_last']:.3f} in {done['wall_s']:.0f} s",
+          flush=True)
+    model = job.swarm.model.model_copy(update={"name": str(out.resolve())})
+    return job.model_copy(update={"swarm": job.swarm.model_copy(update={"model": model})})
+
+
+def train(root: Path, run_dir: Path, steps: int, warm_start_steps: int = 0) -> None:
     flags: list[dict] = []
     servers: list[ServerProcess] = []
     try:
@@ -72,6 +93,9 @@ def train(root: Path, run_dir: Path, steps: int) -> None:
         module = load_module(root, CLIENT_FILE)
         run = contract_function(module, CLIENT_FILE)
         tasks = read_jsonl(root / TRAIN_FILE)[0]
+        if warm_start_steps > 0:
+            _write_status(run_dir, state="warm-start", step=0, steps=steps, flags=flags)
+            job = warm_start(job, tasks, run_dir, warm_start_steps)
         B, N = job.swarm.pool.batch_size, job.swarm.pool.group_size
         roles = client_roles(module)
         # roles per server: each role of a task is its own group there
@@ -145,8 +169,9 @@ def main() -> None:
     p.add_argument("root")
     p.add_argument("--run-dir", required=True)
     p.add_argument("--steps", type=int, required=True)
+    p.add_argument("--warm-start", type=int, default=0)
     args = p.parse_args()
-    train(Path(args.root), Path(args.run_dir), args.steps)
+    train(Path(args.root), Path(args.run_dir), args.steps, args.warm_start)
 
 
 if __name__ == "__main__":

@@ -13,8 +13,9 @@ Modes (the same game code; only the episodes differ):
 - ADVERSARIAL: civilians on server 1, spies on server 2, one episode each in an EpisodeGroup that commits
   or aborts together; each server trains only its own side's samples.
 
-Deliberately not here: a supervised warm start (the server trains on what its model generated, so mock
-transcripts cannot be fed through the episode API).
+Not here: the supervised warm start (the server trains on what its model generated, so reference answers
+cannot be fed through the episode API); `vibe train --warm-start N` trains one on the gold descriptions
+first with engine.training.supervised.
 """
 
 from __future__ import annotations

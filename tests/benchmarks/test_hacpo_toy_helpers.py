@@ -1,5 +1,4 @@
-"""Pure helpers of benchmarks/hacpo_toy.py: paired t interval, reuse of finished runs, the ordering (ties stay ties), the gold
-SFT episode, and the job each method runs (same seed, same agents, only the method differs)."""
+"""Pure helpers of benchmarks/hacpo_toy.py: paired t interval, reuse of finished runs, the ordering (ties stay ties), and the job each method runs (same seed, same agents, only the method differs)."""
 
 from __future__ import annotations
 
@@ -37,17 +36,6 @@ def test_a_finished_run_is_reused_only_for_the_same_job(tmp_path):
 
 def test_ordering_writes_ties_as_ties():
     assert ht.ordering({"gspo": 0.5, "hacpo": 0.6, "naive": 0.5}) == "hacpo (0.600) > gspo (0.500) = naive (0.500)"
-
-
-def test_gold_episode_trains_only_the_answer_and_its_end_of_turn():
-    from engine.models.builtins import byte_tokenizer
-    from engine.tasks.base import Item
-
-    tok = byte_tokenizer()
-    ep = ht.gold_episode(tok, Item("3-1", "What is 3 - 1?", 2), [tok.eos_token_id])
-    reply = ep.timelines[0].blocks[-1]
-    assert reply.trainable and reply.token_ids == tok("2", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-    assert not any(b.trainable for b in ep.timelines[0].blocks[:-1])
 
 
 def test_every_method_runs_the_same_pair_on_the_same_prompts():

@@ -35,6 +35,11 @@ def test_flat_streak_counts_the_latest_steps_without_variance():
     assert flat_streak([{"groups": 0, "flat_groups": 0}]) == 0  # no groups is not "flat"
 
 
+def test_train_refuses_a_negative_warm_start(qa_client, tmux_socket, capsys):
+    assert main(["train", str(qa_client), "--steps", "1", "--warm-start", "-1"]) == 2
+    assert "--warm-start must be 0 (none) or a number of supervised steps" in capsys.readouterr().err
+
+
 def test_train_refuses_a_client_whose_check_fails(qa_client, tmux_socket, capsys):
     (qa_client / "reward.py").write_text("def score(task, response):\n    return {'any': 1.0}\n")
     assert main(["train", str(qa_client), "--steps", "1"]) == 2
@@ -112,7 +117,8 @@ def test_a_training_run_whose_server_cannot_boot_says_why(qa_client, tmp_path, c
 
 @pytest.mark.slow
 def test_adversarial_training_runs_each_side_on_its_own_server(tmp_path, spy_client, capsys):
-    """The trainer with second_server_roles: two servers, spies' episodes on the second, a step on both."""
+    """The trainer with second_server_roles: two servers, spies' episodes on the second, a step on both,
+    both starting from the supervised warm start on the game's gold descriptions."""
     from vibe.trainer import train
 
     root = spy_client(tmp_path / "spy", adversarial=True)
@@ -123,8 +129,11 @@ def test_adversarial_training_runs_each_side_on_its_own_server(tmp_path, spy_cli
     (root / "vibe.yaml").write_text(VibeJob.model_validate(job.model_dump() | {"swarm": swarm}).to_yaml())
     rdir = tmp_path / "run"
     rdir.mkdir()
-    train(root, rdir, steps=1)
+    train(root, rdir, steps=1, warm_start_steps=2)
     assert read_status(rdir)["state"] == "done"
+    warm = json.loads((rdir / "warm_start" / "supervised.json").read_text())
+    assert warm["model"] == "tiny" and warm["steps"] == 2 and warm["pairs"] == len(
+        (root / "data" / "train.jsonl").read_text().splitlines())
     [rec] = read_rewards(rdir)
     assert rec["step"] == 1 and rec["episodes"] == 4 and rec["groups"] == 2  # 2 games x 2 roles
     for log, run in (("server.log", rdir), ("server-2.log", rdir / "server-2")):
@@ -133,3 +142,5 @@ def test_adversarial_training_runs_each_side_on_its_own_server(tmp_path, spy_cli
         assert [m["episodes"] for m in metrics if "episodes" in m] == [2.0]  # each side's own 2 episodes
     out = capsys.readouterr().out
     assert "2 server(s) ROLLING" in out and "server 1: civilian; server 2: spy" in out
+    assert f"ROLLING at step 0: {(rdir / 'warm_start').resolve()}" in out  # both servers start from it
+    assert "warm start done: nll" in out
