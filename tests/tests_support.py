@@ -284,6 +284,10 @@ class ScriptedVllmServer:
                             }
                             self.wfile.write(f"data: {json.dumps({'choices': [delta]})}\n\n".encode())
                             self.wfile.flush()
+                for ch in choices:  # a server without return_token_ids support streams text only
+                    if ch["token_ids"] is None:
+                        delta = {"index": ch["index"], "text": ch["text"], "finish_reason": ch["finish_reason"]}
+                        self.wfile.write(f"data: {json.dumps({'choices': [delta]})}\n\n".encode())
                 self.wfile.write(b"data: [DONE]\n\n")
                 self.wfile.flush()
                 self.close_connection = True

@@ -165,9 +165,7 @@ def compose_verl_config(cfg: SwarmConfig, *, model_path: str) -> Any:
 def _validate_with_verl(composed: Any, *, use_reference_policy: bool) -> None:
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
-    from verl.trainer.config import AlgoConfig
     from verl.utils.config import omega_conf_to_dataclass, validate_config
-    from verl.workers.config import RolloutConfig
 
     checked = composed
     if OmegaConf.select(composed, "actor_rollout_ref.model.lora_rank", default=0) > 0:
@@ -179,7 +177,8 @@ def _validate_with_verl(composed: Any, *, use_reference_policy: bool) -> None:
             checked = OmegaConf.merge(composed, {"actor_rollout_ref": {"model": {"lora_rank": 0}}})
     try:
         validate_config(checked, use_reference_policy=use_reference_policy, use_critic=False)
-        omega_conf_to_dataclass(checked.algorithm, AlgoConfig)
-        omega_conf_to_dataclass(checked.actor_rollout_ref.rollout, RolloutConfig)
+        # By their _target_, as verl's workers build them (typed conversion trips on nested defaults).
+        omega_conf_to_dataclass(checked.algorithm)
+        omega_conf_to_dataclass(checked.actor_rollout_ref.rollout)
     except (AssertionError, ValueError, TypeError, KeyError, OmegaConfBaseException) as e:
         raise ConfigError(f"verl rejects the translated config: {type(e).__name__}: {e}") from e

@@ -305,12 +305,14 @@ class VllmInference:
                             on_token(i, t)
         except httpx.HTTPError as e:
             raise VllmError(f"vLLM stream from {self.base_url} broke: {type(e).__name__}: {e}") from e
-        for p in parts:
+        for i, p in enumerate(parts):
             if p["text"] and not p["token_ids"]:
                 raise VllmError(
                     "the vLLM server streamed text without token_ids: it needs `return_token_ids` support "
                     "(vLLM >= 0.10.2); upgrade vLLM"
                 )
+            if p["finish_reason"] is None:
+                raise VllmError(f"the vLLM stream ended before choice {i} finished (no finish_reason)")
         return [parse_choice(p) for p in parts]
 
 

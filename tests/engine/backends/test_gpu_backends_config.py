@@ -31,7 +31,7 @@ def test_unknown_backend_and_bad_gpu_fields_are_rejected():
 
 
 def test_verl_refuses_collaboration_with_the_reason():
-    with pytest.raises(ConfigError, match="HACPO.*backend: torch or vllm"):
+    with pytest.raises(ValueError, match="HACPO.*backend: torch or vllm"):
         SwarmConfig.model_validate(
             {"backend": "verl", "pool": {"policy": "any_client_agrees"}, "collaboration": {"agent": "a"}}
         )
