@@ -18,6 +18,7 @@ Not run on a GPU yet: see docs/engine.md, "GPU backends".
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import tempfile
 import time
@@ -77,10 +78,13 @@ def push_full_weights(base_url: str, model: Any) -> None:
         if r.status_code != 200:
             raise VllmError(f"vLLM {path} answered HTTP {r.status_code}: {r.text[:500]}")
 
+    # The transport field is `mode` in vLLM 0.21 and was renamed `send_mode` later; accept both.
+    fields = {f.name for f in dataclasses.fields(IPCTrainerSendWeightsArgs)}
+    transport = "send_mode" if "send_mode" in fields else "mode"
     post("/start_weight_update", {"is_checkpoint_format": True})
     IPCWeightTransferEngine.trainer_send_weights(
         iterator=((name, p.detach()) for name, p in model.named_parameters()),
-        trainer_args=IPCTrainerSendWeightsArgs(mode="http", url=base_url),
+        trainer_args=IPCTrainerSendWeightsArgs(**{transport: "http", "url": base_url}),
     )
     post("/finish_weight_update", {})
 
@@ -130,6 +134,12 @@ class VllmBackend(TorchBackend):
         )
         if cfg.lora.enabled and ckpt is not None:
             engine.push_lora(str(ckpt / "adapter"))
+        if not cfg.lora.enabled:
+            # Once per server: IPC needs no init info, but vLLM's weight-update routes expect the engine
+            # initialised before the first /start_weight_update.
+            r = httpx.post(self._server.url + "/init_weight_transfer_engine", json={"init_info": {}}, timeout=300)
+            if r.status_code != 200:
+                raise VllmError(f"vLLM /init_weight_transfer_engine answered HTTP {r.status_code}: {r.text[:500]}")
         return engine
 
     def _after_step(self, metrics: dict[str, float]) -> None:

@@ -156,3 +156,20 @@ def test_registration_is_idempotent_and_keeps_verls_own_names():
     assert set(names) >= {"swarm_ppo_clip", "swarm_gspo", "swarm_grpo", "swarm_rloo"}
     assert core_algos.get_policy_loss_fn("gspo") is not core_algos.get_policy_loss_fn("swarm_gspo")
     assert core_algos.get_adv_estimator_fn("grpo") is core_algos.compute_grpo_outcome_advantage
+
+
+def test_a_process_that_only_imports_verl_gets_the_swarm_names():
+    """The `verl.plugins` entry point: what verl's Ray workers rely on besides external_lib (needs this
+    package installed, as `pip install -e` does)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import verl\nfrom verl.trainer.ppo import core_algos as c\n"
+        "print(sorted(k for k in c.POLICY_LOSS_REGISTRY if k.startswith('swarm_')))\n"
+        "print(sorted(k for k in c.ADV_ESTIMATOR_REGISTRY if k.startswith('swarm_')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    losses, advantages = out.stdout.strip().splitlines()[-2:]
+    assert losses == "['swarm_dapo', 'swarm_gspo', 'swarm_nll', 'swarm_ppo_clip']"
+    assert advantages == "['swarm_grpo', 'swarm_rloo']"
