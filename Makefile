@@ -7,7 +7,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup test demo bench clean
+.PHONY: setup test test-verl demo bench clean
 
 setup: $(STAMP)
 
@@ -31,6 +31,19 @@ $(STAMP): pyproject.toml
 test: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider
 
+# The verl tests (config composition, DataProto, losses through verl's registries) on CPU. verl 0.9 pins
+# transformers<5.11, so it gets its own venv instead of moving the main one's transformers.
+VERL_VENV := .venv-verl
+$(VERL_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VERL_VENV)
+	$(VERL_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VERL_VENV)/bin/python -m pip install -q "torch==2.13.0"
+	$(VERL_VENV)/bin/python -m pip install -q -e ".[verl]" "pytest>=8" "pytest-timeout>=2.3"
+	touch $@
+
+test-verl: $(VERL_VENV)/.installed
+	$(VERL_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/engine/backends
+
 demo: $(STAMP)
 	$(VENV)/bin/a3r demo
 
@@ -38,4 +51,4 @@ bench: $(STAMP)
 	$(PY) -m pip install -q -e ".[bench]"
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) $(VERL_VENV) .pytest_cache

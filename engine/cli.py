@@ -29,6 +29,8 @@ def _load_config(args: argparse.Namespace) -> SwarmConfig:
         overrides["model"] = {**cfg.model.model_dump(), "name": args.model}
     if getattr(args, "run_dir", None):
         overrides["run_dir"] = str(args.run_dir)
+    if getattr(args, "backend", None):
+        overrides["backend"] = args.backend
     return SwarmConfig.model_validate({**cfg.model_dump(), **overrides}) if overrides else cfg
 
 
@@ -120,6 +122,9 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--config", help="SwarmConfig YAML (defaults: tiny model, GRPO)")
     s.add_argument("--model", help="override model.name (tiny, smollm2-135m, a HF dir or .gguf)")
     s.add_argument("--run-dir", help="checkpoints, metrics and the pool journal; reuse it to resume")
+    s.add_argument(
+        "--backend", choices=["torch", "vllm", "verl"], help="override backend (vllm: one CUDA host; see docs/engine.md)"
+    )
     s.add_argument("--host", default="127.0.0.1", help="bind address (default loopback only)")
     s.add_argument("--port", type=int, default=10086)
     s.add_argument("--token", help="admin token (default: $SWARM_ADMIN_TOKEN, else read/minted in --token-file)")

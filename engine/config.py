@@ -157,11 +157,45 @@ class CollaborationConfig(_Frozen):
         return data
 
 
+class VllmConfig(_Frozen):
+    """The vLLM rollout engine of `backend: vllm` (a `vllm serve` process on this host, driven token-in/
+    token-out over loopback HTTP). Ignored by the other backends."""
+
+    gpu_memory_utilization: float = Field(
+        0.4,
+        gt=0,
+        lt=1,
+        description="Share of each GPU vLLM may take (weights + KV cache). The torch trainer shares the GPU, "
+        "so leave it room for weights, gradients and AdamW state (about 4x the weights in float32).",
+    )
+    tensor_parallel_size: int = Field(1, ge=1, description="GPUs vLLM shards the model over.")
+    max_num_seqs: int = Field(256, ge=1, description="Most sequences vLLM decodes together (concurrent episodes).")
+    startup_timeout_s: float = Field(900.0, gt=0, description="How long to wait for vLLM to load and warm up.")
+    extra_args: list[str] = Field(
+        default_factory=list, description="Extra `vllm serve` arguments, passed as they are (e.g. ['--enforce-eager'])."
+    )
+
+
+class VerlConfig(_Frozen):
+    """The cluster shape of `backend: verl` (mapped into verl's trainer config). Ignored by the other backends."""
+
+    nnodes: int = Field(1, ge=1, description="Nodes verl's FSDP actors and vLLM replicas spread over.")
+    n_gpus_per_node: int = Field(1, ge=1, description="GPUs used on each node.")
+    rollout_tensor_parallel_size: int = Field(1, ge=1, description="GPUs per vLLM replica (verl rollout TP).")
+    gpu_memory_utilization: float = Field(0.5, gt=0, lt=1, description="vLLM's share of each GPU (colocated with FSDP).")
+
+
 class SwarmConfig(_Frozen):
     """Everything a swarm server needs to host and train one model."""
 
     model: ModelConfig = ModelConfig()
-    backend: Literal["torch", "verl"] = Field("torch", description="torch: one machine (CPU/GPU). verl: Ray + vLLM clusters.")
+    backend: Literal["torch", "vllm", "verl"] = Field(
+        "torch",
+        description="torch: one machine, CPU or one GPU. vllm: one CUDA host, vLLM rollouts + torch trainer. "
+        "verl: Ray cluster, verl's FSDP actor + vLLM replicas (see docs/engine.md, GPU backends).",
+    )
+    vllm: VllmConfig = VllmConfig()
+    verl: VerlConfig = VerlConfig()
     lora: LoraConfig = LoraConfig()
     algorithm: AlgorithmConfig = AlgorithmConfig()
     pool: PoolConfig = PoolConfig()
@@ -189,6 +223,11 @@ class SwarmConfig(_Frozen):
             raise ConfigError(
                 f"training.strip_reasoning only changes text merging, but training.merge is {t.merge!r}; "
                 "set merge: text, or drop strip_reasoning."
+            )
+        if self.backend == "verl" and self.collaboration is not None:
+            raise ConfigError(
+                "collaboration (HACPO) is not available with backend: verl: its loss needs per-sample source "
+                "log-probs that verl's policy-loss signature cannot carry. Use backend: torch or vllm."
             )
         from engine.algorithms import advantage_names, policy_loss_defaults, policy_loss_names
 

@@ -199,3 +199,108 @@ class FakeOpenAIServer:
     def close(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+class ScriptedVllmServer:
+    """A vLLM-shaped token-in/token-out server on 127.0.0.1: `/v1/completions` (JSON or SSE stream, with
+    vLLM's `token_ids` extension) replays scripted choices, and the runtime LoRA routes answer; every
+    request is recorded (path and body) in order.
+
+    Stands in for vLLM (an external engine that needs a GPU), like FakeOpenAIServer stands in for an LLM
+    provider. A script item is an int (HTTP error status) or a dict: {"choices": [{"token_ids", "logprobs",
+    "text", "finish_reason"}, ...], "delay_s": seconds before answering}. `lora_status` is the status the
+    LoRA routes answer (404 mimics a server started without runtime LoRA updating).
+    """
+
+    def __init__(self, script: list, lora_status: int = 200):
+        import json
+        import threading
+        import time
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.script = list(script)
+        self.requests: list[dict] = []
+        self.lora_status = lora_status
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def _json(self, status: int, payload: dict) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                outer.requests.append({"path": self.path, "body": body})
+                if self.path in ("/v1/load_lora_adapter", "/v1/unload_lora_adapter"):
+                    if outer.lora_status != 200:
+                        return self._json(outer.lora_status, {"detail": "Not Found"})
+                    return self._json(200, {"status": "ok"})
+                item = outer.script.pop(0) if outer.script else 500
+                if isinstance(item, int):
+                    return self._json(item, {"error": {"message": f"scripted {item}", "type": "BadRequestError"}})
+                time.sleep(item.get("delay_s", 0.0))
+                choices = [
+                    {
+                        "index": i,
+                        "text": c.get("text", ""),
+                        "token_ids": c.get("token_ids"),
+                        "logprobs": None if c.get("logprobs") is None else {"token_logprobs": c["logprobs"]},
+                        "finish_reason": c.get("finish_reason", "stop"),
+                    }
+                    for i, c in enumerate(item["choices"])
+                ]
+                if not body.get("stream"):
+                    for ch in choices:
+                        if ch["token_ids"] is None:
+                            del ch["token_ids"]
+                    return self._json(200, {"id": "cmpl-1", "object": "text_completion", "choices": choices})
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                # One token per chunk per choice, interleaved across choices, as vLLM streams deltas.
+                longest = max(len(c["token_ids"] or []) for c in choices)
+                for t in range(longest):
+                    for ch in choices:
+                        ids = ch["token_ids"] or []
+                        if t < len(ids):
+                            lps = (ch["logprobs"] or {}).get("token_logprobs") or []
+                            last = t == len(ids) - 1
+                            delta = {
+                                "index": ch["index"],
+                                "text": ch["text"] if last else "",
+                                "token_ids": [ids[t]],
+                                "logprobs": {"token_logprobs": lps[t : t + 1]},
+                                "finish_reason": ch["finish_reason"] if last else None,
+                            }
+                            self.wfile.write(f"data: {json.dumps({'choices': [delta]})}\n\n".encode())
+                            self.wfile.flush()
+                for ch in choices:  # a server without return_token_ids support streams text only
+                    if ch["token_ids"] is None:
+                        delta = {"index": ch["index"], "text": ch["text"], "finish_reason": ch["finish_reason"]}
+                        self.wfile.write(f"data: {json.dumps({'choices': [delta]})}\n\n".encode())
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+                self.close_connection = True
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def completions(self) -> list[dict]:
+        """The bodies of the /v1/completions requests received, in order."""
+        return [r["body"] for r in self.requests if r["path"] == "/v1/completions"]
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()

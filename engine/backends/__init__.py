@@ -1,1 +1,2 @@
-"""Backends behind one interface: `torch` (embedded default) and `verl` (clusters, lazy import)."""
+"""Backends behind one interface: `torch` (embedded default), `vllm` (one CUDA host) and `verl` (building
+blocks; lazy imports). `engine.backends.factory` maps the config's `backend` key to one of them."""

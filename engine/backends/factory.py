@@ -1,4 +1,8 @@
-"""Backend selection: the config's `backend` key is read here and nowhere else."""
+"""Backend selection: the config's `backend` key is read here and nowhere else.
+
+The GPU backends import their heavy dependencies lazily, so a CPU install never needs them; a missing one
+becomes a ConfigError that names the one command that installs it.
+"""
 
 from __future__ import annotations
 
@@ -6,19 +10,28 @@ from engine.backends.base import Backend
 from engine.config import SwarmConfig
 from engine.errors import ConfigError
 
+GPU_INSTALL = "pip install -e '.[gpu]'"  # docs/engine.md, GPU backends: on a CUDA machine only
+
+
+def _missing(backend: str, e: ImportError) -> ConfigError:
+    return ConfigError(
+        f"backend {backend!r} needs the GPU extra ({e}); on a CUDA machine run `{GPU_INSTALL}`, "
+        "or use backend: torch"
+    )
+
 
 def create_backend(cfg: SwarmConfig) -> Backend:
+    """Boot the backend `cfg.backend` names (blocking: loads the model, starts engines)."""
     if cfg.backend == "torch":
         from engine.backends.torch.backend import TorchBackend
 
         return TorchBackend(cfg)
+    if cfg.backend == "vllm":
+        from engine.backends.vllm.backend import VllmBackend  # imports vllm itself only at boot
+
+        return VllmBackend(cfg)
     if cfg.backend == "verl":
-        try:
-            from engine.backends.verl.backend import VerlBackend
-        except ImportError as e:
-            raise ConfigError(
-                f"backend 'verl' needs the cluster extra ({e}); install it on a GPU machine with "
-                "`pip install -e '.[verl]'`, or use backend: torch"
-            ) from e
+        from engine.backends.verl.backend import VerlBackend  # imports verl itself only at boot
+
         return VerlBackend(cfg)
-    raise ConfigError(f"unknown backend {cfg.backend!r}; valid: torch, verl")
+    raise ConfigError(f"unknown backend {cfg.backend!r}; valid: torch, vllm, verl")

@@ -46,7 +46,7 @@ class TorchBackend:
         model_cfg = cfg.model
         if ckpt is not None and not cfg.lora.enabled:
             model_cfg = cfg.model.model_copy(update={"name": str(ckpt / "model")})
-        loaded = load_model(model_cfg)
+        loaded = load_model(model_cfg, device=self.device)
         model = loaded.model
         if cfg.lora.enabled:
             model = _wrap_lora(model, cfg, ckpt / "adapter" if ckpt is not None else None)
@@ -56,10 +56,7 @@ class TorchBackend:
         model.eval()
         self.model = model
         self.tokenizer = loaded.tokenizer
-        # The (possibly LoRA-wrapped) module, not loaded.model: inference must see the adapter.
-        self.inference = TorchInferenceEngine(
-            model, loaded.tokenizer, stop_token_ids=list(loaded.end_of_turn_ids)
-        )
+        self.inference = self._make_inference(loaded, ckpt)
         trainer_cls = TorchTrainer if cfg.collaboration is None else HacpoTrainer
         self.trainer = trainer_cls(model, loaded.tokenizer.pad_token_id, cfg)
         self.metrics = MetricsLog(cfg.run_dir)
@@ -74,12 +71,24 @@ class TorchBackend:
         if dropped:
             log.info("superseded %d metrics records after step %d", dropped, self.trainer.global_step)
 
+    # Hooks for backends that keep this trainer but serve from another engine (engine.backends.vllm).
+    device: str | None = None  # None: load_model's default (CUDA when available, else CPU)
+
+    def _make_inference(self, loaded, ckpt: Path | None):
+        """The inference engine; here batched generation over the very module the trainer updates."""
+        # self.model (possibly LoRA-wrapped), not loaded.model: inference must see the adapter.
+        return TorchInferenceEngine(self.model, loaded.tokenizer, stop_token_ids=list(loaded.end_of_turn_ids))
+
+    def _after_step(self, metrics: dict[str, float]) -> None:
+        """Runs after each optimizer step, before the metrics are written (in-place weights: nothing to do)."""
+
     @property
     def global_step(self) -> int:
         return self.trainer.global_step
 
     def train_step(self, batch: list[EpisodeResult]) -> dict[str, float]:
         metrics = self.trainer.train_step(batch)
+        self._after_step(metrics)
         self.metrics.write(metrics)
         return metrics
 
