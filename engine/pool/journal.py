@@ -65,10 +65,27 @@ class PoolJournal:
         return done
 
     def _append_line(self, line: str) -> None:
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(line)
-            f.flush()
-            os.fsync(f.fileno())
+        data = line.encode("utf-8")
+        # Unbuffered: after a failure nothing may be left in a buffer that closing the file would flush.
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            size = os.fstat(fd).st_size
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            except BaseException:
+                # The caller is told this record failed, so it must not come back at replay: cut the file
+                # back to what was acknowledged (best effort: if this fails too, the original error stands).
+                try:
+                    os.ftruncate(fd, size)
+                    os.fsync(fd)
+                except OSError:
+                    pass
+                raise
+        finally:
+            os.close(fd)
 
     # -- reading --------------------------------------------------------------------------------
     def read(self) -> list[dict[str, Any]]:

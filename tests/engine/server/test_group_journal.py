@@ -148,3 +148,31 @@ def test_a_decision_whose_write_failed_is_written_again_by_its_repeat(tmp_path, 
     assert sum('"commit"' in line for line in journal.read_text().splitlines()) == 2
     again = SamplePool(journal)
     assert ids(again) == ["r1"] and again.group_table.state("grp-retry00") is GroupState.COMMITTED
+
+
+def test_a_record_whose_fsync_failed_is_cut_back_and_never_replayed(tmp_path, monkeypatch):
+    """The line reached the file but its fsync failed: the caller was told it failed, so the file is cut
+    back to the acknowledged records and a restart does not bring it back."""
+    import os
+
+    from engine.pool.journal import PoolJournal
+
+    path = tmp_path / "j.jsonl"
+    journal = PoolJournal(path)
+    assert journal.append({"op": "a"}).exception() is None
+    acknowledged = path.read_bytes()
+    real_fsync = os.fsync
+    calls = []
+
+    def failing_fsync(fd):
+        calls.append(fd)
+        if len(calls) == 1:
+            raise OSError("EIO")
+        real_fsync(fd)
+
+    monkeypatch.setattr("engine.pool.journal.os.fsync", failing_fsync)
+    assert isinstance(journal.append({"op": "refused"}).exception(), OSError)
+    monkeypatch.setattr("engine.pool.journal.os.fsync", real_fsync)
+    assert path.read_bytes() == acknowledged
+    assert journal.append({"op": "b"}).exception() is None
+    assert PoolJournal(path).read() == [{"op": "a"}, {"op": "b"}]
