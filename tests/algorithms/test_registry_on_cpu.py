@@ -188,4 +188,5 @@ def test_public_signatures_are_pinned():
         "m",
         "cfg",
         "ref_logp_BT",
+        "cross_chars_B",
     ]
