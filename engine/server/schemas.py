@@ -120,7 +120,8 @@ class StatusResponse(BaseModel):
     history: dict[str, int] = Field(
         default_factory=dict,
         description="Re-sent assistant turns since start: replaced (fed as the sampled ids), identical "
-        "(already equal), fallback (no sampled reply with that text: the template's ids).",
+        "(already equal), closed (cut by max_tokens: the sampled ids, then the template's end of turn), "
+        "fallback (no sampled reply with that text: the template's ids).",
     )
     error: str | None
     config: dict[str, Any] | None

@@ -9,8 +9,10 @@ same text: the sampler may produce a non-canonical tokenisation ("Hel" + "lo" wh
 `reuse_sampled_ids` replaces the ids of each re-rendered assistant body whose text equals a reply this
 episode sampled (sampled text plus the end-of-turn text, as the tracker records it) with the sampled ids.
 Texts stay as they are, so `concat(block.text) == text` and `concat(block.token_ids) == token_ids` still
-hold. An assistant body with no sampled match (the client edited it, or it was cut by max_tokens and the
-template closed the turn) keeps the template's ids: the fallback, counted.
+hold. A reply cut by max_tokens was sampled without an end of turn, and the template closes the turn when
+it is re-sent: it is fed as its sampled ids (a block that lines up with the earlier call's sampled block) followed by
+the template's end-of-turn id in a glue block (`closed`), so the earlier call merges into the later one. An assistant body with no sampled match (the client
+edited it) keeps the template's ids: the fallback, counted.
 
 Pure: the server passes the tracker's sampled replies and keeps the counts.
 """
@@ -33,14 +35,23 @@ class HistoryReuse:
     replaced: int = 0  # re-rendered ids differed from the sampled ones: now the sampled ids
     identical: int = 0  # the template's ids already were the sampled ones
     fallback: int = 0  # no sampled reply with this text: the template's ids are kept
+    closed: int = 0  # a reply cut by max_tokens: its sampled ids, then the template's end of turn
 
     def __add__(self, other: HistoryReuse) -> HistoryReuse:
         return HistoryReuse(
-            self.replaced + other.replaced, self.identical + other.identical, self.fallback + other.fallback
+            self.replaced + other.replaced,
+            self.identical + other.identical,
+            self.fallback + other.fallback,
+            self.closed + other.closed,
         )
 
     def as_dict(self) -> dict[str, int]:
-        return {"replaced": self.replaced, "identical": self.identical, "fallback": self.fallback}
+        return {
+            "replaced": self.replaced,
+            "identical": self.identical,
+            "fallback": self.fallback,
+            "closed": self.closed,
+        }
 
 
 def sampled_replies(timelines: Sequence[Timeline]) -> dict[str, list[int]]:
@@ -51,6 +62,24 @@ def sampled_replies(timelines: Sequence[Timeline]) -> dict[str, list[int]]:
             if b.trainable and b.author is Author.LLM and b.token_ids:
                 out[b.text] = list(b.token_ids)
     return out
+
+
+def _closed_by_template(body: Block, sampled: Mapping[str, list[int]], end_of_turn: Mapping[int, str]) -> list[int] | None:
+    """The ids to feed for a re-sent reply that was cut by max_tokens, or None when `body` is not one.
+
+    The template rendered the reply's text and then closed the turn; the sampled reply has the same text
+    without the closing and ended on no end-of-turn id. Fed: the sampled ids, then the template's closing id.
+    """
+    if not body.token_ids:
+        return None
+    eot = body.token_ids[-1]
+    eot_text = end_of_turn.get(eot)
+    if not eot_text or not body.text.endswith(eot_text):
+        return None
+    ids = sampled.get(body.text[: -len(eot_text)])
+    if ids is None or (ids and ids[-1] in end_of_turn):
+        return None
+    return [*ids, eot]
 
 
 def reuse_sampled_ids(
@@ -65,7 +94,16 @@ def reuse_sampled_ids(
             blocks.append(b)
             continue
         ids = sampled.get(b.text)
-        if ids is None:
+        closed = _closed_by_template(b, sampled, rendered.end_of_turn) if ids is None else None
+        if closed is not None:
+            # Two blocks: the reply as sampled (it lines up with the earlier call's sampled block, so both
+            # merge modes fold that call in) and the template's closing of the turn as glue.
+            eot_text = rendered.end_of_turn[closed[-1]]
+            counts += HistoryReuse(closed=1)
+            blocks.append(Block(b.author, b.text[: -len(eot_text)], closed[:-1], None, False))
+            blocks.append(Block(Author.ENV, eot_text, closed[-1:], None, False))
+            changed = True
+        elif ids is None:
             counts += HistoryReuse(fallback=1)
             blocks.append(b)
         elif ids == b.token_ids:

@@ -27,11 +27,12 @@ ENV blocks; the tracker records the sampled reply (which includes the end-of-tur
 as one block after the prompt's generation-prompt block. With ChatML (SmolLM2), call 1 records
 `... ENV(<|im_start|>assistant\\n) LLM(reply<|im_end|>)` and call 2 re-renders the same message as
 `... ENV(<|im_start|>assistant\\n) LLM(reply<|im_end|>) ENV(\\n<|im_start|>user\\n) ...`, block for block.
-Consequences: a reply cut by `max_tokens` (no end-of-turn token sampled) never matches its re-rendering
-(the template closes the turn), nor does a reply the client edits, nor one whose tool calls the server
-parsed from non-canonical text (`chat.format_tool_calls`): these stay separate samples, which is always
-safe. Tokenizer drift (below) does not split them on the server: it feeds a re-sent reply as the ids it
-sampled (engine.tracking.history, `episodes.exact_history`), so the later call contains them literally.
+Consequences: a reply the client edits never matches its re-rendering, nor does one whose tool calls the
+server parsed from non-canonical text (`chat.format_tool_calls`), nor, without exact histories, a reply
+cut by `max_tokens` (no end-of-turn token sampled; the template closes the turn): these stay separate
+samples, which is always safe. On the server (engine.tracking.history, `episodes.exact_history`) a re-sent
+reply is fed as the ids it sampled, so tokenizer drift (below) does not split calls, and a cut reply is fed
+as its sampled ids in one block and the template's end of turn in the next, which lines up block for block.
 
 Token vs text mode, and what text mode costs. Token mode only merges when the survivor literally contains
 the sampled ids, so the merged sample is exactly what the model saw and produced (train/inference

@@ -280,11 +280,11 @@ def test_a_re_sent_reply_is_matched_to_what_the_episode_sampled(live_server, exa
         counts = c.status()["history"]
         ep.end(1.0)
     if not exact:
-        assert counts == {"replaced": 0, "identical": 0, "fallback": 0}
-    elif reply.finish_reason == "length":  # cut: the template closes the turn, which was never sampled
-        assert counts == {"replaced": 0, "identical": 0, "fallback": 1}
+        assert counts == {"replaced": 0, "identical": 0, "fallback": 0, "closed": 0}
+    elif reply.finish_reason == "length":  # cut: fed as sampled, then the template's end of turn
+        assert counts == {"replaced": 0, "identical": 0, "fallback": 0, "closed": 1}
     else:
-        assert counts["replaced"] + counts["identical"] == 1 and counts["fallback"] == 0
+        assert counts["replaced"] + counts["identical"] == 1 and counts["fallback"] == counts["closed"] == 0
 
 
 def test_streaming_is_real_sse_and_matches_the_non_streamed_reply(live_server):

@@ -161,9 +161,10 @@ SCENARIOS = {
     "drift_2_calls_exact": (exact(drift_2_calls), None, {"token": 1, "text": 1, "off": 2}),
     "chat_3_calls_exact": (exact(chat_3_calls), None, {"token": 1, "text": 1, "off": 3}),
     "tool_3_calls_exact": (exact(tool_3_calls), None, {"token": 1, "text": 1, "off": 3}),
-    # a reply the client edited, or one cut by max_tokens, has no sampled match: the template's ids
+    # a reply the client edited has no sampled match: the template's ids
     "edited_2_calls_exact": (exact(edited_2_calls), None, {"token": 2, "text": 2, "off": 2}),
-    "truncated_2_calls_exact": (exact(truncated_2_calls), None, {"token": 2, "text": 2, "off": 2}),
+    # a reply cut by max_tokens: fed as sampled, the template's end of turn after it, so both modes merge
+    "truncated_2_calls_exact": (exact(truncated_2_calls), None, {"token": 1, "text": 1, "off": 2}),
     "think_2_calls": (think_2_calls, THINK_DROP, {"token": 2, "text": 2, "text+strip": 1, "off": 2}),
     "qwen3_like_tools": (lambda s: qwen3_agent(s, False), QWEN3_LIKE, {"token": 1, "text": 1, "off": 4}),
     # reasoning of turns before the follow-up question is dropped from the last call's history
@@ -267,16 +268,33 @@ def test_exact_history_feeds_the_sampled_ids_and_counts_what_it_did(tok, make_si
     assert "".join(b.text for b in second.blocks[:-1]) == render_prompt(tok, [
         {"role": "user", "content": "Greet me."}, assistant("Hello there!"), {"role": "user", "content": "Again."},
     ]).text  # texts untouched
-    assert sim.history.as_dict() == {"replaced": 1, "identical": 0, "fallback": 0}
+    assert sim.history.as_dict() == {"replaced": 1, "identical": 0, "fallback": 0, "closed": 0}
     (merged,) = merge_timelines(episode.timelines, "token")
     assert merged.token_ids == second.token_ids  # token mode: the survivor is exactly what call 2 saw
     assert merged.blocks[k].trainable and merged.blocks[k].logprobs == first.blocks[k].logprobs
     canonical = make_sim(tok, exact_history=True)
     chat_3_calls(canonical)
-    assert canonical.history.as_dict() == {"replaced": 0, "identical": 3, "fallback": 0}  # 1 + 2 re-sent turns
+    assert canonical.history.as_dict() == {"replaced": 0, "identical": 3, "fallback": 0, "closed": 0}  # 1 + 2 re-sent turns
     edited = make_sim(tok, exact_history=True)
     edited_2_calls(edited)
-    assert edited.history.as_dict() == {"replaced": 0, "identical": 0, "fallback": 1}
+    assert edited.history.as_dict() == {"replaced": 0, "identical": 0, "fallback": 1, "closed": 0}
+
+
+def test_a_reply_cut_by_max_tokens_is_fed_as_sampled_then_closed_by_the_template(tok, make_sim):
+    sim = make_sim(tok, exact_history=True)
+    episode = truncated_2_calls(sim)
+    first, second = episode.timelines
+    k = len(first.blocks) - 1
+    cut = first.blocks[k]
+    assert cut.trainable and cut.token_ids[-1] != tok.eos_token_id  # sampled without an end of turn
+    # call 2 saw the sampled ids, then the template's closing of the turn in its own glue block
+    assert second.blocks[k].token_ids == cut.token_ids and second.blocks[k].text == cut.text
+    assert second.blocks[k + 1].token_ids == [tok.eos_token_id] and second.blocks[k + 1].author is Author.ENV
+    assert second.token_ids[: len(first.token_ids)] == first.token_ids
+    assert sim.history.as_dict() == {"replaced": 0, "identical": 0, "fallback": 0, "closed": 1}
+    (merged,) = merge_timelines(episode.timelines, "token")
+    assert merged.token_ids == second.token_ids  # exactly what call 2 was fed, plus its reply
+    assert merged.blocks[k].trainable and merged.blocks[k].logprobs == cut.logprobs
 
 
 def test_dropped_reasoning_merges_only_with_a_normaliser(play):
