@@ -45,19 +45,14 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from benchmarks.common import CountingLLM, cpu_seconds, run_calculator_tools  # noqa: E402
 from engine.client import run_episodes  # noqa: E402
 from engine.config import SwarmConfig  # noqa: E402
 from engine.jobs import ServerProcess  # noqa: E402
 from engine.tasks.base import Item, last_integer  # noqa: E402
 from engine.tasks.calculator import TOOLS, CalculatorAgent  # noqa: E402
-from engine.tasks.countdown import safe_eval  # noqa: E402
 
 MODES = ("off", "token", "text")
-
-
-def cpu_seconds(proc: psutil.Process) -> float:
-    t = proc.cpu_times()
-    return t.user + t.system
 
 
 class CallLog:
@@ -75,40 +70,6 @@ class CallLog:
         with self.lock:
             out, self.episodes = self.episodes, []
         return out
-
-
-class CountingLLM:
-    """Wraps an openai client: `llm.chat.completions.create` counts calls, tool calls and finish reasons."""
-
-    def __init__(self, llm: Any) -> None:
-        self._llm = llm
-        self.chat = self
-        self.completions = self
-        self.calls = 0
-        self.tool_calls = 0
-        self.finish: list[str] = []
-
-    def create(self, **kw: Any) -> Any:
-        out = self._llm.chat.completions.create(**kw)
-        self.calls += 1
-        choice = out.choices[0]
-        self.tool_calls += len(choice.message.tool_calls or [])
-        self.finish.append(choice.finish_reason)
-        return out
-
-
-def _run_tools(msg: Any) -> list[dict[str, Any]]:
-    results = []
-    for tc in msg.tool_calls:
-        try:
-            expr = json.loads(tc.function.arguments).get("expression", "")
-        except (json.JSONDecodeError, AttributeError):
-            expr = ""
-        value = safe_eval(str(expr))
-        results.append(
-            {"role": "tool", "tool_call_id": tc.id, "content": "error" if value is None else str(value)}
-        )
-    return results
 
 
 class WorkflowCalculator(CalculatorAgent):
@@ -165,7 +126,7 @@ class WorkflowCalculator(CalculatorAgent):
                         "tool_calls": [tc.model_dump() for tc in msg.tool_calls],
                     }
                 )
-                messages.extend(_run_tools(msg))
+                messages.extend(run_calculator_tools(msg))
             else:
                 messages.append({"role": "assistant", "content": msg.content or ""})
                 messages.append({"role": "user", "content": self.follow_up(item, turn)})

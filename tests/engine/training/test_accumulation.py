@@ -72,3 +72,51 @@ def tiny_model():
     model = load_model(ModelConfig(name="tiny", seed=0), device="cpu").model
     model.eval()
     return model
+
+
+def _multi_call(model, prompt: list[int], replies: list[list[int]], glue: list[int]) -> list[Timeline]:
+    """The timelines of an agent loop that re-sends its whole history: call k's prompt is call k-1's prompt,
+    its reply (now history, not trainable) and the environment's answer `glue`."""
+    history: list[Block] = [Block(Author.ENV, "", prompt)]
+    timelines = []
+    for k, reply in enumerate(replies):
+        context = [t for b in history for t in b.token_ids]
+        with torch.no_grad():
+            logp = torch.log_softmax(model(torch.tensor([context + reply])).logits[0].float(), -1)
+        lp = [float(logp[len(context) - 1 + i, t]) for i, t in enumerate(reply)]
+        timelines.append(Timeline([*history, Block(Author.LLM, "", reply, lp, True)], call_index=k))
+        history += [Block(Author.LLM, "", reply), Block(Author.ENV, "", glue)]
+    return timelines
+
+
+def test_merging_changes_the_samples_but_not_the_gradient(tiny_model):
+    """Episodes of equally many calls: merged into one sequence each, they train the same tokens with the same
+    log-probs, advantages and per-episode weight as the unmerged calls, so the token_mean update is the same.
+    (The sequence-level aggregations are not merge-invariant: they average per sequence, and merging changes
+    what a sequence is.)"""
+    agg = "token_mean"
+    p = [1, 17, 300, 42, 9]
+    episodes = [
+        EpisodeResult(
+            name, "t1", "c", reward, _multi_call(tiny_model, p, [[r, r + 1], [r + 2, r + 3, r + 4], [r + 5]], [7, 8, 9])
+        )
+        for name, reward, r in (("a", 1.0, 100), ("b", 0.0, 200), ("c", 0.5, 300))
+    ]
+    grads, samples = {}, {}
+    for mode in ("off", "token", "text"):
+        cfg = SwarmConfig(
+            algorithm={"agg": agg},
+            training={"merge": mode, "mini_batch_size": 9, "micro_batch_size": 2, "max_grad_norm": 1e9},
+        )
+        trainer = TorchTrainer(copy.deepcopy(tiny_model), 0, cfg)
+        seen: dict[str, torch.Tensor] = {}
+        trainer.optimizer.step = lambda seen=seen, m=trainer.model: seen.update(
+            {n: q.grad.clone() for n, q in m.named_parameters() if q.grad is not None}
+        )
+        samples[mode] = trainer.train_step(episodes)["samples"]
+        grads[mode] = seen
+    assert samples == {"off": 9, "token": 3, "text": 3}
+    assert any(g.abs().sum() > 0 for g in grads["off"].values())
+    for mode in ("token", "text"):
+        for name, g in grads["off"].items():
+            torch.testing.assert_close(grads[mode][name], g, atol=1e-6, rtol=1e-4, msg=f"{mode} {name}")

@@ -1,0 +1,132 @@
+"""What every benchmark script records and reports the same way: the machine, its load, ratios over repeats.
+
+A figure is only comparable with its rerun if the JSON says what the machine was doing: versions, thread
+settings, the load before and after, and the commit. A speed ratio is reported over interleaved repeats as
+its median and spread (min, max), never from one run.
+
+Also the small helpers several scripts shared as copies: CPU seconds of a process, an OpenAI client wrapper
+that counts calls and finish reasons, and running the calculator tool on a reply's tool calls.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import subprocess
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Thread settings that change CPU figures; recorded so a rerun can use the same ones.
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TORCH_NUM_THREADS", "SWARM_TORCH_THREADS")
+
+
+def git(*args: str) -> str:
+    """`git args` in the repository, stripped; '' when git is unavailable (a copied tree)."""
+    try:
+        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+
+
+def loadavg() -> list[float]:
+    """1, 5 and 15 minute load averages, rounded."""
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def machine_record(load_before: list[float] | None = None) -> dict[str, Any]:
+    """Machine, versions, thread settings, load (before when given, and now) and commit, for a result JSON."""
+    import torch
+
+    try:
+        import transformers
+
+        tf_version = transformers.__version__
+    except ImportError:
+        tf_version = None
+    return {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": tf_version,
+        "torch_threads": torch.get_num_threads(),
+        "thread_env": {k: os.environ[k] for k in THREAD_VARS if k in os.environ},
+        "loadavg_before": load_before,
+        "loadavg_after": loadavg(),
+        "git_commit": git("rev-parse", "HEAD"),
+        "git_dirty": bool(git("status", "--porcelain")),
+    }
+
+
+def spread(values: list[float]) -> dict[str, Any]:
+    """Median, min, max and n of repeated measurements (a ratio's spread over repeats)."""
+    if not values:
+        return {"median": None, "min": None, "max": None, "n": 0, "values": []}
+    return {
+        "median": statistics.median(values),
+        "min": min(values),
+        "max": max(values),
+        "n": len(values),
+        "values": list(values),
+    }
+
+
+def fmt_spread(s: dict[str, Any], digits: int = 2, unit: str = "x") -> str:
+    """'1.52x (1.48-1.60, n=3)'."""
+    if not s["n"]:
+        return "n/a"
+    f = f"{{:.{digits}f}}"
+    return f"{f.format(s['median'])}{unit} ({f.format(s['min'])}-{f.format(s['max'])}, n={s['n']})"
+
+
+def rotated(items: list[Any] | tuple[Any, ...], k: int) -> list[Any]:
+    """`items` rotated left by k: the order of repeat k, so no item always runs first (interleaving)."""
+    items = list(items)
+    k %= len(items)
+    return items[k:] + items[:k]
+
+
+def cpu_seconds(proc: Any) -> float:
+    """User + system CPU seconds of a psutil.Process, all its threads."""
+    t = proc.cpu_times()
+    return t.user + t.system
+
+
+class CountingLLM:
+    """Wraps an openai client: `llm.chat.completions.create` counts calls, tool calls and finish reasons."""
+
+    def __init__(self, llm: Any) -> None:
+        self._llm = llm
+        self.chat = self
+        self.completions = self
+        self.calls = 0
+        self.tool_calls = 0
+        self.finish: list[str] = []
+
+    def create(self, **kw: Any) -> Any:
+        out = self._llm.chat.completions.create(**kw)
+        self.calls += 1
+        choice = out.choices[0]
+        self.tool_calls += len(choice.message.tool_calls or [])
+        self.finish.append(choice.finish_reason)
+        return out
+
+
+def run_calculator_tools(msg: Any) -> list[dict[str, Any]]:
+    """The `tool` messages answering an assistant message's calculator tool calls ("error" when invalid)."""
+    from engine.tasks.countdown import safe_eval
+
+    results = []
+    for tc in msg.tool_calls:
+        try:
+            expr = json.loads(tc.function.arguments).get("expression", "")
+        except (json.JSONDecodeError, AttributeError):
+            expr = ""
+        value = safe_eval(str(expr))
+        results.append({"role": "tool", "tool_call_id": tc.id, "content": "error" if value is None else str(value)})
+    return results
