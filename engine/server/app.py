@@ -118,11 +118,13 @@ def create_app(server: SwarmServer, admin_token: str, public_url: str | None = N
         return _error(422, "; ".join(parts) or "invalid request body", "invalid_request_error")
 
     # -- auth dependencies ------------------------------------------------------------------------
-    def require_admin(authorization: str | None = Header(None)) -> None:
+    # async on purpose: FastAPI runs a plain `def` dependency in its thread pool, and on every request
+    # that hand-off (capacity limiter, worker wake-up) cost more than the check itself.
+    async def require_admin(authorization: str | None = Header(None)) -> None:
         if not hmac.compare_digest(_bearer(authorization).encode(), admin_token.encode()):
             raise AuthenticationFailed("invalid admin token")
 
-    def episode_from_key(authorization: str | None = Header(None)) -> LiveEpisode:
+    async def episode_from_key(authorization: str | None = Header(None)) -> LiveEpisode:
         return server.episodes.get(_bearer(authorization))
 
     # -- health and models ------------------------------------------------------------------------
@@ -153,7 +155,8 @@ def create_app(server: SwarmServer, admin_token: str, public_url: str | None = N
                 _sse(server, ep, req, params, model), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
             )
         completions, parsed, n_prompt = await server.chat(ep, req.messages, req.tools, params)
-        return _completion_body(completions, parsed, n_prompt, model)
+        # Already plain JSON types: skip FastAPI's generic encoder, which walks the body on every call.
+        return JSONResponse(_completion_body(completions, parsed, n_prompt, model))
 
     # -- episodes ---------------------------------------------------------------------------------
     @app.post("/swarm/episodes", response_model=BeginEpisodeResponse, dependencies=[Depends(require_admin)])
