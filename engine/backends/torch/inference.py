@@ -37,21 +37,13 @@ from typing import Any
 import torch
 
 from engine.backends.base import Completion, SamplingParams, TokenCallback
+from engine.backends.threadsafe import Waiters, post, settle
 from engine.backends.torch import packed_linear as packed_linear_mod
 from engine.backends.torch.batch import DecodeBatch, GenerationStats, Request
 from engine.errors import BadRequest
 from engine.models.tokens import end_of_turn_ids, ensure_pad_token
 
 log = logging.getLogger(__name__)
-
-
-def _settle(fut: asyncio.Future, result: Any = None, error: BaseException | None = None) -> None:
-    if fut.done():
-        return
-    if error is not None:
-        fut.set_exception(error)
-    else:
-        fut.set_result(result)
 
 
 class TorchInferenceEngine:
@@ -100,7 +92,7 @@ class TorchInferenceEngine:
         self._paused = False
         self._closed = False
         self._idle = True
-        self._idle_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = []
+        self._idle_waiters = Waiters()
         # Owned by the compute thread.
         self._active: set[Request] = set()
         self._thread = threading.Thread(target=self._run, name="swarm-inference", daemon=True)
@@ -139,13 +131,11 @@ class TorchInferenceEngine:
 
     async def pause(self) -> None:
         """Stop admitting requests and return once no row is running (held requests stay queued)."""
-        loop = asyncio.get_running_loop()
-        fut = loop.create_future()
         with self._cond:
             self._paused = True
             if self._idle:
                 return
-            self._idle_waiters.append((loop, fut))
+            fut = self._idle_waiters.add()
         await fut
 
     def resume(self) -> None:
@@ -167,7 +157,7 @@ class TorchInferenceEngine:
         if self._packed:
             packed_linear_mod.uninstall(self.model)
         for req in list(self._queue) + list(self._active):
-            self._post(req.loop, req.future.cancel)
+            post(req.loop, req.future.cancel)
         self._queue.clear()
 
     # -- validation ----------------------------------------------------------------------------------
@@ -195,13 +185,6 @@ class TorchInferenceEngine:
 
     # -- the compute thread --------------------------------------------------------------------------
 
-    @staticmethod
-    def _post(loop: asyncio.AbstractEventLoop, fn: Any, *args: Any) -> None:
-        try:
-            loop.call_soon_threadsafe(fn, *args)
-        except RuntimeError:  # the caller's loop is closed: nobody is waiting any more
-            pass
-
     def _admit(self) -> list[Request]:
         """Take queued requests that fit next to the running rows (called with _cond held)."""
         taken: list[Request] = []
@@ -224,9 +207,7 @@ class TorchInferenceEngine:
         with self._cond:
             while not self._closed and not len(self._batch) and (self._paused or not self._queue):
                 self._idle = True
-                for loop, fut in self._idle_waiters:
-                    self._post(loop, _settle, fut)
-                self._idle_waiters.clear()
+                Waiters.wake(self._idle_waiters.take())
                 self._cond.wait()
             if self._closed:
                 return None
@@ -244,10 +225,10 @@ class TorchInferenceEngine:
             except Exception as e:  # e.g. out of memory: fail this batch's requests, keep serving
                 log.exception("generation step failed; failing %d request(s)", len(self._active))
                 for r in self._active:
-                    self._post(r.loop, _settle, r.future, None, e)
+                    post(r.loop, settle, r.future, None, e)
                 self._active.clear()
                 self._batch.reset()
                 continue
             for r in done:
                 self._active.discard(r)
-                self._post(r.loop, _settle, r.future, list(r.results))
+                post(r.loop, settle, r.future, list(r.results))

@@ -22,7 +22,6 @@ pushes happen while paused, so no call still uses it).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import threading
 from typing import Any
@@ -30,6 +29,7 @@ from typing import Any
 import httpx
 
 from engine.backends.base import Completion, SamplingParams, TokenCallback
+from engine.backends.threadsafe import Waiters
 from engine.errors import BadRequest
 
 __all__ = ["VllmError", "VllmInference", "completion_request", "parse_choice"]
@@ -127,8 +127,8 @@ class VllmInference:
         self._paused = False
         self._closed = False
         self._in_flight = 0
-        self._idle_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = []
-        self._resume_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = []
+        self._idle_waiters = Waiters()
+        self._resume_waiters = Waiters()
         self.adapter_version = 0  # LoRA pushes so far (the served adapter is f"{base}-v{version}")
         self._base_model = model
 
@@ -154,22 +154,19 @@ class VllmInference:
 
     async def pause(self) -> None:
         """Hold new calls and return once every call already sent has finished."""
-        loop = asyncio.get_running_loop()
-        fut = loop.create_future()
         with self._lock:
             self._paused = True
             if self._in_flight == 0:
                 return
-            self._idle_waiters.append((loop, fut))
+            fut = self._idle_waiters.add()
         await fut
 
     def resume(self) -> None:
         """Release held calls. Safe from any thread."""
         with self._lock:
             self._paused = False
-            waiters, self._resume_waiters = self._resume_waiters, []
-        for loop, fut in waiters:
-            _wake(loop, fut)
+            waiters = self._resume_waiters.take()
+        Waiters.wake(waiters)
 
     @property
     def paused(self) -> bool:
@@ -184,9 +181,8 @@ class VllmInference:
         with self._lock:
             self._closed = True
             self._paused = False
-            waiters, self._resume_waiters = self._resume_waiters, []
-        for loop, fut in waiters:
-            _wake(loop, fut)
+            waiters = self._resume_waiters.take()
+        Waiters.wake(waiters)
 
     # -- LoRA weight push --------------------------------------------------------------------------
 
@@ -233,15 +229,13 @@ class VllmInference:
 
     async def _admit(self) -> None:
         while True:
-            loop = asyncio.get_running_loop()
             with self._lock:
                 if self._closed:
                     raise RuntimeError("inference engine is closed")
                 if not self._paused:
                     self._in_flight += 1
                     return
-                fut = loop.create_future()
-                self._resume_waiters.append((loop, fut))
+                fut = self._resume_waiters.add()
             await fut
 
     def _release(self) -> None:
@@ -249,9 +243,8 @@ class VllmInference:
             self._in_flight -= 1
             waiters = []
             if self._in_flight == 0 and self._paused:
-                waiters, self._idle_waiters = self._idle_waiters, []
-        for loop, fut in waiters:
-            _wake(loop, fut)
+                waiters = self._idle_waiters.take()
+        Waiters.wake(waiters)
 
     async def _post(self, http: httpx.AsyncClient, body: dict[str, Any]) -> httpx.Response:
         try:
@@ -314,14 +307,3 @@ class VllmInference:
             if p["finish_reason"] is None:
                 raise VllmError(f"the vLLM stream ended before choice {i} finished (no finish_reason)")
         return [parse_choice(p) for p in parts]
-
-
-def _wake(loop: asyncio.AbstractEventLoop, fut: asyncio.Future) -> None:
-    def settle() -> None:
-        if not fut.done():
-            fut.set_result(None)
-
-    try:
-        loop.call_soon_threadsafe(settle)
-    except RuntimeError:  # that caller's loop is closed: nobody waits any more
-        pass
