@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
 import sys
@@ -57,9 +56,9 @@ if str(REPO) not in sys.path:
 # To compare under another policy: OMP_WAIT_POLICY=ACTIVE python benchmarks/trl_compare.py
 import engine  # noqa: E402, F401, I001
 
-import torch  # noqa: E402
 
 import engine.jobs as jobs  # noqa: E402
+from benchmarks.common import cpu_seconds, fmt_spread, loadavg, machine_record, spread  # noqa: E402
 from engine.client import SwarmClient  # noqa: E402
 from engine.config import SwarmConfig  # noqa: E402
 from engine.models import resolve_model_dir  # noqa: E402
@@ -97,12 +96,6 @@ class Baton:
 
 def load1() -> float:
     return os.getloadavg()[0]
-
-
-def cpu_seconds(proc) -> float:
-    """User + system CPU seconds of a process, all its threads (psutil)."""
-    t = proc.cpu_times()
-    return t.user + t.system
 
 
 def server_process(run_dir: Path):
@@ -359,6 +352,12 @@ def run_trl(trainer, baton: Baton | None, out: dict) -> None:
 
 
 # -- report ------------------------------------------------------------------------------------------
+def step_ratios(ours: dict, trl: dict, key: str) -> dict:
+    """TRL/ours per steady step k (step 1 is warm-up), paired by step: median and spread."""
+    pairs = zip(ours.get("steps", [])[1:], trl.get("steps", [])[1:], strict=False)
+    return spread([t[key] / o[key] for o, t in pairs if o.get(key) and t.get(key)])
+
+
 def summarise(side: dict) -> dict:
     steps = side.get("steps", [])
     steady = steps[1:]
@@ -441,8 +440,9 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--trl-loss",
-        default="bnpo",
-        help="TRL loss_type (bnpo = per-micro-batch token mean, as ours computes)",
+        default="dapo",
+        help="TRL loss_type. dapo: token mean over the whole accumulated batch, which is what ours computes "
+        "(token_mean over the mini-batch, accumulated exactly across micro-batches); bnpo: per micro-batch",
     )
     p.add_argument("--order", choices=["interleaved", "sequential"], default="interleaved")
     p.add_argument("--work-dir", default="runs/trl_compare")
@@ -469,6 +469,7 @@ def main() -> int:
     ours: dict = {}
     trl: dict = {}
     t_start = time.time()
+    load_before = loadavg()
     trainer = build_trl(args, items, model_dir, work, baton, trl)
     if baton:
         th = threading.Thread(target=run_ours, args=(args, items, work / "ours", baton, ours), daemon=True)
@@ -486,11 +487,7 @@ def main() -> int:
     o, t = summary["ours"]["steady_mean_step_s"], summary["trl"]["steady_mean_step_s"]
     result = {
         "command": "python " + " ".join([sys.argv[0], *sys.argv[1:]]),
-        "machine": "2-core CPU container, no GPU (shared: other jobs ran at the same time, see load1 per step)",
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
+        "machine": machine_record(load_before),
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "unset (libgomp default)"),
         "trl_version": __import__("trl").__version__,
         "transformers_version": __import__("transformers").__version__,
@@ -498,6 +495,9 @@ def main() -> int:
         "same_prompts_per_step": same_prompts,
         "wall_s": time.time() - t_start,
         "ratio_trl_over_ours": (t / o) if o and t else None,
+        # each steady step is one interleaved repeat (ours step k, then TRL step k): the ratio's spread
+        "step_ratio_trl_over_ours": step_ratios(ours, trl, "step_s"),
+        "step_cpu_ratio_trl_over_ours": step_ratios(ours, trl, "cpu_s"),
         "cpu_ratio_trl_over_ours": (
             summary["trl"]["steady_mean_cpu_s"] / summary["ours"]["steady_mean_cpu_s"]
         )
@@ -514,6 +514,8 @@ def main() -> int:
         json.dumps(
             {
                 "ratio_trl_over_ours": result["ratio_trl_over_ours"],
+                "step_ratio_trl_over_ours": fmt_spread(result["step_ratio_trl_over_ours"]),
+                "step_cpu_ratio_trl_over_ours": fmt_spread(result["step_cpu_ratio_trl_over_ours"]),
                 "cpu_ratio_trl_over_ours": result["cpu_ratio_trl_over_ours"],
                 "same_prompts": same_prompts,
                 "summary": summary,
