@@ -17,17 +17,22 @@ import argparse
 import asyncio
 import json
 import os
-import platform
+import statistics
 import sys
 import time
 from pathlib import Path
 
 import torch
 
-from engine.backends.base import SamplingParams
-from engine.backends.torch import TorchInferenceEngine
-from engine.config import ModelConfig
-from engine.models import load_model
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from benchmarks.common import fmt_spread, loadavg, machine_record, rotated, spread  # noqa: E402
+from engine.backends.base import SamplingParams  # noqa: E402
+from engine.backends.torch import TorchInferenceEngine  # noqa: E402
+from engine.config import ModelConfig  # noqa: E402
+from engine.models import load_model  # noqa: E402
 
 
 def make_prompts(tokenizer, count: int) -> list[list[int]]:
@@ -94,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         help="also run batched with plain F.linear (no oneDNN-prepacked weights): mode batched-plain",
     )
     ap.add_argument("--stop-at-eos", action="store_true", help="stop episodes at end-of-turn tokens")
+    ap.add_argument("--repeats", type=int, default=3, help="interleaved repeats of every mode and concurrency")
     ap.add_argument("--out", type=Path, required=True, help="write the results as JSON here")
     args = ap.parse_args(argv)
 
@@ -108,49 +114,59 @@ def main(argv: list[str] | None = None) -> int:
     if args.compare_linear:
         modes.append(("batched-plain", 64, False))
 
-    load_before = os.getloadavg()  # other jobs on a shared machine skew CPU figures: record them
+    load_before = loadavg()  # other jobs on a shared machine skew CPU figures: record them
     rows = []
-    for c in args.concurrency:
-        for mode, max_rows, packed in modes:
-            r = measure(loaded, prompts[:c], args.new_tokens, max_rows, stop_ids, packed)
-            r.update(concurrency=c, mode=mode)
-            rows.append(r)
-            print(
-                f"  C={c:<3} {mode:<10} {r['tokens_per_s']:8.1f} tok/s  {r['tokens_per_cpu_s']:8.1f} tok/cpu-s  "
-                f"({r['tokens']} tokens, {r['seconds']} s, load {os.getloadavg()[0]:.1f})",
-                file=sys.stderr,
-            )
+    for rep in range(args.repeats):  # interleaved: the mode order rotates, so no mode always runs first
+        for c in args.concurrency:
+            for mode, max_rows, packed in rotated(modes, rep):
+                r = measure(loaded, prompts[:c], args.new_tokens, max_rows, stop_ids, packed)
+                r.update(concurrency=c, mode=mode, repeat=rep)
+                rows.append(r)
+                print(
+                    f"  rep {rep} C={c:<3} {mode:<13} {r['tokens_per_s']:8.1f} tok/s  {r['tokens_per_cpu_s']:8.1f} "
+                    f"tok/cpu-s  ({r['tokens']} tokens, {r['seconds']} s, load {loadavg()[0]:.1f})",
+                    file=sys.stderr,
+                )
 
-    def speedups(baseline: str) -> dict[str, float]:
-        """batched tok/s over `baseline` tok/s, per concurrency where both ran."""
+    def speedups(baseline: str) -> dict[str, dict]:
+        """batched tok/s over `baseline` tok/s, per concurrency, one ratio per repeat: median and spread."""
         out = {}
         for c in args.concurrency:
-            by_mode = {r["mode"]: r for r in rows if r["concurrency"] == c}
-            if baseline in by_mode:
-                out[str(c)] = round(by_mode["batched"]["tokens_per_s"] / by_mode[baseline]["tokens_per_s"], 2)
+            per = []
+            for rep in range(args.repeats):
+                by_mode = {r["mode"]: r for r in rows if r["concurrency"] == c and r["repeat"] == rep}
+                if baseline in by_mode:
+                    per.append(by_mode["batched"]["tokens_per_s"] / by_mode[baseline]["tokens_per_s"])
+            if per:
+                out[str(c)] = spread(per)
         return out
+
+    def median_of(c: int, mode: str, key: str) -> float | None:
+        vals = [r[key] for r in rows if r["concurrency"] == c and r["mode"] == mode]
+        return statistics.median(vals) if vals else None
 
     ratios = speedups("sequential")
     packed_ratios = speedups("batched-plain")
     if packed_ratios:
-        print(f"\nbatched tok/s, oneDNN-prepacked over plain F.linear: {packed_ratios}")
+        print(f"\nbatched tok/s, oneDNN-prepacked over plain F.linear: { {c: fmt_spread(v) for c, v in packed_ratios.items()} }")
 
     print(
         f"\nmodel={args.model} new_tokens={args.new_tokens} torch_threads={torch.get_num_threads()} cpus={os.cpu_count()}"
+        f" repeats={args.repeats} (medians; ratio: median (min-max) of the per-repeat ratios)"
     )
     head = ["episodes", "batched tok/s", "sequential tok/s", "ratio", "batched tok/cpu-s", "seq tok/cpu-s"]
     print(" | ".join(head))
     print("-" * len(" | ".join(head)))
     for c in args.concurrency:
-        b = next(r for r in rows if r["concurrency"] == c and r["mode"] == "batched")
-        s = next((r for r in rows if r["concurrency"] == c and r["mode"] == "sequential"), None)
+        seq = median_of(c, "sequential", "tokens_per_s")
+        seq_cpu = median_of(c, "sequential", "tokens_per_cpu_s")
         cells = [
             str(c),
-            f"{b['tokens_per_s']:.1f}",
-            f"{s['tokens_per_s']:.1f}" if s else "-",
-            f"{ratios[str(c)]:.2f}" if str(c) in ratios else "-",
-            f"{b['tokens_per_cpu_s']:.1f}",
-            f"{s['tokens_per_cpu_s']:.1f}" if s else "-",
+            f"{median_of(c, 'batched', 'tokens_per_s'):.1f}",
+            f"{seq:.1f}" if seq else "-",
+            fmt_spread(ratios[str(c)]) if str(c) in ratios else "-",
+            f"{median_of(c, 'batched', 'tokens_per_cpu_s'):.1f}",
+            f"{seq_cpu:.1f}" if seq_cpu else "-",
         ]
         print(" | ".join(cell.rjust(len(h)) for cell, h in zip(cells, head, strict=True)))
 
@@ -159,16 +175,8 @@ def main(argv: list[str] | None = None) -> int:
         "model": args.model,
         "new_tokens": args.new_tokens,
         "sampling": {"temperature": 1.0, "top_p": 1.0, "stop_at_eos": args.stop_at_eos},
-        "machine": {
-            "platform": platform.platform(),
-            "processor": platform.processor() or platform.machine(),
-            "cpu_count": os.cpu_count(),
-            "torch": torch.__version__,
-            "torch_threads": torch.get_num_threads(),
-            "python": platform.python_version(),
-            "loadavg_1_5_15_before": [round(x, 2) for x in load_before],
-            "loadavg_1_5_15_after": [round(x, 2) for x in os.getloadavg()],
-        },
+        "machine": machine_record(load_before),
+        "repeats": args.repeats,
         "model_load_s": round(load_s, 2),
         "results": rows,
         "batched_over_sequential": ratios,
