@@ -1,5 +1,9 @@
 """Constants shared by conftest and tests (conftest itself is not importable under importlib mode)."""
 
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
 ADMIN_TOKEN = "sk-admin-test-" + "x" * 24
 
 
@@ -135,7 +139,39 @@ def load_benchmark(name: str):
     return module
 
 
-class FakeOpenAIServer:
+class _JsonHandler(BaseHTTPRequestHandler):
+    """Request handler of the scripted servers: quiet, JSON in and out."""
+
+    def log_message(self, *args):  # keep test output clean
+        pass
+
+    def read_json(self) -> dict:
+        return json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+
+    def send_json(self, status: int, payload: dict) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+class _ScriptedServer:
+    """A ThreadingHTTPServer on 127.0.0.1 in a daemon thread; `close` stops it."""
+
+    def _serve(self, handler: type[BaseHTTPRequestHandler]) -> int:
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+        return self.httpd.server_address[1]
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class FakeOpenAIServer(_ScriptedServer):
     """An OpenAI-compatible chat endpoint on 127.0.0.1 that replays scripted replies and records requests.
 
     The only fake in the project: it stands in for the external LLM provider. A reply is a string (the
@@ -143,20 +179,13 @@ class FakeOpenAIServer:
     """
 
     def __init__(self, replies: list[str | int]):
-        import json
-        import threading
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
         self.replies = list(replies)
         self.requests: list[dict] = []
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):  # keep test output clean
-                pass
-
+        class Handler(_JsonHandler):
             def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                body = self.read_json()
                 outer.requests.append(
                     {"path": self.path, "auth": self.headers.get("Authorization"), "body": body}
                 )
@@ -184,24 +213,12 @@ class FakeOpenAIServer:
                         },
                         200,
                     )
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                self.send_json(status, payload)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.url = f"http://127.0.0.1:{self._serve(Handler)}/v1"
 
 
-class ScriptedVllmServer:
+class ScriptedVllmServer(_ScriptedServer):
     """A vLLM-shaped token-in/token-out server on 127.0.0.1: `/v1/completions` (JSON or SSE stream, with
     vLLM's `token_ids` extension) replays scripted choices, and the runtime LoRA routes answer; every
     request is recorded (path and body) in order.
@@ -213,40 +230,26 @@ class ScriptedVllmServer:
     """
 
     def __init__(self, script: list, lora_status: int = 200):
-        import json
-        import threading
         import time
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
         self.script = list(script)
         self.requests: list[dict] = []
         self.lora_status = lora_status
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(_JsonHandler):
             protocol_version = "HTTP/1.1"
 
-            def log_message(self, *args):
-                pass
-
-            def _json(self, status: int, payload: dict) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
             def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                body = self.read_json()
                 outer.requests.append({"path": self.path, "body": body})
                 if self.path in ("/v1/load_lora_adapter", "/v1/unload_lora_adapter"):
                     if outer.lora_status != 200:
-                        return self._json(outer.lora_status, {"detail": "Not Found"})
-                    return self._json(200, {"status": "ok"})
+                        return self.send_json(outer.lora_status, {"detail": "Not Found"})
+                    return self.send_json(200, {"status": "ok"})
                 item = outer.script.pop(0) if outer.script else 500
                 if isinstance(item, int):
-                    return self._json(item, {"error": {"message": f"scripted {item}", "type": "BadRequestError"}})
+                    return self.send_json(item, {"error": {"message": f"scripted {item}", "type": "BadRequestError"}})
                 time.sleep(item.get("delay_s", 0.0))
                 choices = [
                     {
@@ -262,7 +265,7 @@ class ScriptedVllmServer:
                     for ch in choices:
                         if ch["token_ids"] is None:
                             del ch["token_ids"]
-                    return self._json(200, {"id": "cmpl-1", "object": "text_completion", "choices": choices})
+                    return self.send_json(200, {"id": "cmpl-1", "object": "text_completion", "choices": choices})
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Connection", "close")
@@ -292,15 +295,9 @@ class ScriptedVllmServer:
                 self.wfile.flush()
                 self.close_connection = True
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
+        self.url = f"http://127.0.0.1:{self._serve(Handler)}"
 
     def completions(self) -> list[dict]:
         """The bodies of the /v1/completions requests received, in order."""
         return [r["body"] for r in self.requests if r["path"] == "/v1/completions"]
 
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
