@@ -207,6 +207,8 @@ def run_ours(args, items: list[Item], run_dir: Path, baton: Baton | None, out: d
         for s, m in zip(steps, metrics, strict=False):
             s["reward"] = m["reward_mean"]
             s["train_time_s"] = m["train_time_s"]
+            for phase in ("forward", "backward", "optimizer"):  # the update's split (engine metrics)
+                s[f"train_{phase}_s"] = m.get(f"train_{phase}_s")
             s["server_tokens"] = m["tokens"]
             s["pg_loss"] = m.get("pg_loss")
             s["grad_norm"] = m.get("grad_norm")
@@ -377,6 +379,9 @@ def summarise(side: dict) -> dict:
         "steady_median_step_s": med("step_s"),
         "steady_mean_gen_s": mean("gen_s"),
         "steady_mean_train_time_s": mean("train_time_s"),
+        "steady_mean_train_forward_s": mean("train_forward_s"),
+        "steady_mean_train_backward_s": mean("train_backward_s"),
+        "steady_mean_train_optimizer_s": mean("train_optimizer_s"),
         "steady_mean_load1": mean("load1"),
         "steady_mean_cpu_s": mean("cpu_s"),
         "steady_median_cpu_s": med("cpu_s"),

@@ -110,6 +110,9 @@ class TorchTrainer:
         n_micro = 0
         grad_norms: list[float] = []
         n_tokens = 0
+        # Where the step's time goes, as the host sees it (on a GPU kernels run asynchronously, so the
+        # split is approximate there; the total is not).
+        phase = {"forward": 0.0, "backward": 0.0, "optimizer": 0.0}
         for _ in range(t.ppo_epochs):
             for mini in chunks(len(samples), t.mini_batch_size):
                 self.optimizer.zero_grad(set_to_none=True)
@@ -124,6 +127,7 @@ class TorchTrainer:
                 total = sum(dens)
                 for c, den in zip(micros, dens, strict=True):
                     n_tokens += c.n_tokens
+                    t_fw = time.perf_counter()
                     fw = self.forward(c, need_ref=self.loss_cfg.kl_coef > 0, entropy=True)
                     loss, m = self.loss_fn(
                         logp_BT=fw.logp_BT,
@@ -137,11 +141,16 @@ class TorchTrainer:
                     )
                     # Each micro-batch's loss is normalised by its own count; its share of the mini-batch's
                     # count makes the accumulated gradient the mini-batch's exactly.
+                    t_bw = time.perf_counter()
+                    phase["forward"] += t_bw - t_fw
                     (loss * (den / total if den else 0.0)).backward()
+                    phase["backward"] += time.perf_counter() - t_bw
                     for k, v in m.items():
                         totals[k] = totals.get(k, 0.0) + float(v)
                     n_micro += 1
+                t_opt = time.perf_counter()
                 grad_norms.append(self.optimizer_step())
+                phase["optimizer"] += time.perf_counter() - t_opt
         self.optimizer.zero_grad(set_to_none=True)
         self.global_step += 1
         out = {k: v / max(1, n_micro) for k, v in totals.items()}
@@ -156,5 +165,8 @@ class TorchTrainer:
             grad_norm=sum(grad_norms) / max(1, len(grad_norms)),
             optimizer_steps=float(len(grad_norms)),
             train_time_s=time.perf_counter() - t0,
+            train_forward_s=phase["forward"],
+            train_backward_s=phase["backward"],
+            train_optimizer_s=phase["optimizer"],
         )
         return out
