@@ -44,17 +44,28 @@ def main() -> None:
     ap.add_argument("--warm-start", type=int, default=0, help="supervised steps on the gold descriptions first")
     ap.add_argument("--client", default="runs/spy_game/client", help="where the client folder is written (fresh)")
     ap.add_argument("--out", default="docs/benchmarks/spy_game", help="writes OUT.json, OUT.md and OUT.png")
+    ap.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue a stopped run in --client from its last checkpoint (no new client, no second check)",
+    )
     args = ap.parse_args()
     root, out = Path(args.client), Path(args.out)
-    shutil.rmtree(root, ignore_errors=True)
-    copy_template(Family.GAME, root)
-    write_data(ClientDir.open(root))
-    t0 = time.time()
-    report = check(root)
-    print(report.render(), flush=True)
-    if not report.passed:
-        raise SystemExit("vibe check does not pass on the game template; nothing to train")
-    check_s = time.time() - t0
+    check_s = None
+    if args.resume:
+        if not (root / ".vibe" / "check.json").exists():
+            raise SystemExit(f"nothing to resume in {root}: run without --resume first")
+        print((root / ".vibe" / "check.txt").read_text(), flush=True)  # the check the run passed
+    else:
+        shutil.rmtree(root, ignore_errors=True)
+        copy_template(Family.GAME, root)
+        write_data(ClientDir.open(root))
+        t0 = time.time()
+        report = check(root)
+        print(report.render(), flush=True)
+        if not report.passed:
+            raise SystemExit("vibe check does not pass on the game template; nothing to train")
+        check_s = time.time() - t0
     run_dir = root / ".vibe" / "train"
     run_dir.mkdir(parents=True, exist_ok=True)
     t1 = time.time()
@@ -64,7 +75,8 @@ def main() -> None:
     result = {
         "command": shlex.join(["python", "benchmarks/spy_game.py", *sys.argv[1:]]),
         "machine": f"{platform.machine()} {torch.get_num_threads()} threads, torch {torch.__version__}",
-        "check_s": check_s,
+        "check_s": check_s,  # None when resumed (the first invocation ran the check)
+        "resumed": args.resume,
         "train_s": train_s,
         "config": (root / "vibe.yaml").read_text(),
         "rewards": rewards,
@@ -97,10 +109,12 @@ def markdown(result: dict, out: Path) -> str:
     rows = ["| step | reward mean | sd | episodes | groups without variance |", "|---:|---:|---:|---:|---:|"]
     for r in result["rewards"]:
         rows.append(f"| {r['step']} | {r['reward_mean']:.3f} | {r['reward_std']:.3f} | {r['episodes']} | {r['flat_groups']}/{r['groups']} |")
+    checked = "passed earlier" if result["check_s"] is None else f"{result['check_s']:.0f} s"
+    resumed = " (the last invocation, resumed from a checkpoint)" if result["resumed"] else ""
     return "\n".join([
         "# Who is the spy on SmolLM2-135M through vibe", "",
         f"Command: `{result['command']}`", "",
-        f"Machine: {result['machine']}; vibe check {result['check_s']:.0f} s, training {result['train_s'] / 60:.1f} min "
+        f"Machine: {result['machine']}; vibe check {checked}, training {result['train_s'] / 60:.1f} min{resumed} "
         "(SmolLM2 plays every seat; one run, one seed).", "",
         "The offline `game` template as `vibe new` writes it (config below), checked by `vibe check`, then trained by "
         "the client process of `vibe train`.", "",
