@@ -145,6 +145,8 @@ def entropy_from_logits(logits_BTV: torch.Tensor, *, chunk_rows: int = 1024) -> 
     keeps each chunk's softmax for the backward pass, so compute it under no_grad when it is a metric only.
     """
     B, T, _ = logits_BTV.shape
+    if B * T == 0:
+        return logits_BTV.new_zeros(B, T)
     out = []
     for z in _row_chunks(logits_BTV, chunk_rows):
         p = torch.softmax(z, dim=-1)
@@ -162,6 +164,8 @@ def token_logprobs(
     B, T, _ = logits_BTV.shape
     if tuple(target_ids_BT.shape) != (B, T):
         raise ValueError(f"target_ids_BT has shape {tuple(target_ids_BT.shape)}; logits_BTV needs ({B}, {T})")
+    if B * T == 0:
+        return logits_BTV.new_zeros(B, T)
     targets = target_ids_BT.reshape(-1, 1).split(chunk_rows)
     out = [
         z.gather(-1, ids).squeeze(-1) - torch.logsumexp(z, dim=-1)

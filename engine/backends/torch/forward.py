@@ -12,6 +12,13 @@ Two savings over `model(input_ids).logits`, both exact (same numbers up to float
   through the network from G * (P + R) to P + G * R. Gradients reach the prefix through the cache: the
   expanded keys and values are views, and autograd sums their gradients over the rows.
 
+- The LM head only at trainable targets (`trainable_logits`). A merged multi-turn sample interleaves its
+  replies with tool results and user turns, which carry no loss; the head and its log-softmax over the
+  vocabulary cost about as much per position as the whole network per token, so they run only where a
+  target is trainable: the decoder's last hidden states are gathered at those positions first. Used when
+  the model's logits are exactly `lm_head(last_hidden_state)` (`head_parts`); models that scale or
+  soft-cap their logits take the contiguous `target_logits` path.
+
 Prefix length P is chosen so that no trainable target is predicted inside the prefix pass (its logits are
 never computed) and the reply pass is never empty.
 """
@@ -84,3 +91,61 @@ def target_logits(model: Any, c: Collated, plan: ForwardPlan, cache_kwarg: str) 
         **{cache_kwarg: cache},
     )
     return out.logits[:, :-1]
+
+
+# Config attributes of models whose logits are not plain lm_head(hidden): they keep the contiguous path.
+_LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier_scale")
+
+
+def head_parts(model: Any) -> tuple[Any, Any] | None:
+    """(decoder, lm_head) when the model's logits are exactly lm_head(decoder(...).last_hidden_state), else None.
+
+    Works through a peft wrapper (attribute access reaches the wrapped model, and LoRA layers live inside
+    the decoder's modules, so the adapter is applied)."""
+    cfg = getattr(model, "config", None)
+    if cfg is None or any(getattr(cfg, a, None) not in (None, 1, 1.0) for a in _LOGIT_TRANSFORMS):
+        return None
+    get_decoder = getattr(model, "get_decoder", None)
+    get_head = getattr(model, "get_output_embeddings", None)
+    if get_decoder is None or get_head is None:
+        return None
+    decoder, head = get_decoder(), get_head()
+    if decoder is None or head is None:
+        return None
+    return decoder, head
+
+
+def target_hidden(decoder: Any, c: Collated, plan: ForwardPlan, cache_kwarg: str) -> torch.Tensor:
+    """The decoder's last hidden states [B, T-1-start, H] at the positions that predict targets start..T-2."""
+    ids, attn = c.input_ids_BT, c.attention_mask_BT
+    B, T = ids.shape
+    if plan.prefix == 0:
+        h = decoder(input_ids=ids, attention_mask=attn, use_cache=False).last_hidden_state
+        return h[:, plan.start : T - 1]
+    P = plan.prefix
+    cache = DynamicCache()
+    decoder(input_ids=ids[:1, :P], attention_mask=attn[:1, :P], use_cache=True, **{cache_kwarg: cache})
+    kv.expand_rows(cache, B)
+    pos = torch.arange(P, T, device=ids.device).expand(B, -1)
+    h = decoder(
+        input_ids=ids[:, P:], attention_mask=attn, position_ids=pos, use_cache=True, **{cache_kwarg: cache}
+    ).last_hidden_state
+    return h[:, plan.start - P : T - 1 - P]
+
+
+def trainable_logits(model: Any, c: Collated, plan: ForwardPlan, cache_kwarg: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logits [N, V] at the N trainable targets from column `start` on, and where they are: the bool mask
+    [B, T-1-start] (`c.mask_BT[:, start:]`), row-major like `tensor[mask]`."""
+    sel = c.mask_BT[:, plan.start :].bool()
+    parts = head_parts(model)
+    if parts is None:
+        return target_logits(model, c, plan, cache_kwarg)[sel], sel
+    decoder, head = parts
+    return head(target_hidden(decoder, c, plan, cache_kwarg)[sel]), sel
+
+
+def scatter_rows(sel_BT: torch.Tensor, values_N: torch.Tensor) -> torch.Tensor:
+    """A [B, T] tensor with `values_N` where `sel_BT` is true and 0 elsewhere (gradients flow to values_N)."""
+    out = values_N.new_zeros(sel_BT.shape)
+    out[sel_BT] = values_N
+    return out

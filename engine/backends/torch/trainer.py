@@ -21,7 +21,7 @@ import torch
 
 from engine.algorithms import get_advantage_estimator, get_policy_loss
 from engine.algorithms.losses import aggregate_denominator, entropy_from_logits, token_logprobs
-from engine.backends.torch.forward import plan_forward, target_logits
+from engine.backends.torch.forward import plan_forward, scatter_rows, trainable_logits
 from engine.backends.torch.kv import cache_kwarg
 from engine.config import SwarmConfig
 from engine.training.algo_config import advantage_config, loss_config
@@ -74,20 +74,24 @@ class TorchTrainer:
         """Per-token log-probs of a collated micro-batch's targets from its first trainable column on
         (grad), its trainable mask there, and when asked reference log-probs and entropy."""
         plan = plan_forward(c, share_prefix=self.cfg.training.share_prefix)
-        targets = c.target_ids_BT[:, plan.start :]
+        # Logits only at trainable targets (see forward.py); every per-token tensor below is scattered back
+        # to [B, T'] with zeros where no loss is taken.
+        sel = c.mask_BT[:, plan.start :].bool()
+        targets_1N = c.target_ids_BT[:, plan.start :][sel][None]
         ref_logp = None
         if need_ref:
             with torch.no_grad(), self._reference():
-                ref_logits = target_logits(self.model, c, plan, self.cache_kwarg)
-                ref_logp = token_logprobs(ref_logits.float(), targets)
-        logits = target_logits(self.model, c, plan, self.cache_kwarg).float()
+                ref_logits, _ = trainable_logits(self.model, c, plan, self.cache_kwarg)
+                ref_logp = scatter_rows(sel, token_logprobs(ref_logits.float()[None], targets_1N)[0])
+        logits_1NV = trainable_logits(self.model, c, plan, self.cache_kwarg)[0].float()[None]
         ent = None
         if entropy and self.loss_cfg.entropy_coef > 0:
-            ent = entropy_from_logits(logits)
+            ent = scatter_rows(sel, entropy_from_logits(logits_1NV)[0])
         elif entropy:
             with torch.no_grad():
-                ent = entropy_from_logits(logits.detach())
-        return MicroForward(plan.start, token_logprobs(logits, targets), c.mask_BT[:, plan.start :], ref_logp, ent)
+                ent = scatter_rows(sel, entropy_from_logits(logits_1NV.detach())[0])
+        logp = scatter_rows(sel, token_logprobs(logits_1NV, targets_1N)[0])
+        return MicroForward(plan.start, logp, c.mask_BT[:, plan.start :], ref_logp, ent)
 
     def optimizer_step(self) -> float:
         """Clip the accumulated gradient, step, and return its norm before clipping."""

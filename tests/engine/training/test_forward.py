@@ -9,7 +9,14 @@ import pytest
 import torch
 
 from engine.algorithms.losses import token_logprobs
-from engine.backends.torch.forward import ForwardPlan, plan_forward, target_logits
+from engine.backends.torch.forward import (
+    ForwardPlan,
+    head_parts,
+    plan_forward,
+    scatter_rows,
+    target_logits,
+    trainable_logits,
+)
 from engine.backends.torch.kv import cache_kwarg
 from engine.config import ModelConfig
 from engine.models import load_model
@@ -102,3 +109,62 @@ def test_same_logprobs_and_gradients_as_a_plain_forward(tiny, lora, share, rows)
     assert ref_grads.keys() == got_grads.keys() and ref_grads
     for name, g in ref_grads.items():
         torch.testing.assert_close(got_grads[name], g, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def _merged(prompt: list[int], turns: list[tuple[list[int], list[int]]]) -> Sample:
+    """A merged multi-turn sample: the prompt, then (reply, environment answer) pairs; only replies train."""
+    blocks = [Block(Author.ENV, "", prompt)]
+    for reply, env in turns:
+        blocks.append(Block(Author.LLM, "", reply, [-1.0] * len(reply), True))
+        if env:
+            blocks.append(Block(Author.ENV, "", env))
+    return Sample(Timeline(blocks), "e", "t", 0.0, 1.0)
+
+
+def _gathered(model, c, share: bool):
+    plan = plan_forward(c, share_prefix=share)
+    logits, sel = trainable_logits(model, c, plan, cache_kwarg(model))
+    targets = c.target_ids_BT[:, plan.start :][sel][None]
+    logp = scatter_rows(sel, token_logprobs(logits.float()[None], targets)[0])
+    return torch.nn.functional.pad(logp, (c.mask_BT.shape[1] - logp.shape[1], 0))
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+@pytest.mark.parametrize("share", [True, False], ids=["shared-prefix", "targets-only"])
+def test_the_head_at_trainable_targets_only_gives_a_plain_forwards_logprobs_and_gradients(tiny, lora, share):
+    """Merged multi-turn rows (replies interleaved with environment turns) next to plain ones: the LM head
+    runs on the gathered trainable positions only, and log-probs and every gradient match a plain forward."""
+    model = copy.deepcopy(tiny.model)
+    if lora:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                torch.nn.init.normal_(p, std=0.02)
+    model.eval()
+    assert head_parts(model) is not None  # the gathered path runs, not the contiguous fallback
+    prompt = [1, 17, 300, 42, 9, 1000, 77]
+    rows = [
+        _merged(prompt, [([11, 12], [2, 3, 4]), ([13, 14, 15], [5, 6]), ([16], [])]),
+        _merged(prompt, [([21], [2, 3]), ([22, 23], [7])]),  # ends in an environment turn
+        _sample(prompt, [31, 32, 33]),
+        _merged(prompt[:4] + [8, 8], [([41, 42], [9]), ([43], [])]),
+    ]
+    c = collate(rows, tiny.tokenizer.pad_token_id)
+    ref_logp, ref_grads = _logp_and_grads(model, c, _plain)
+    got_logp, got_grads = _logp_and_grads(model, c, lambda m, c: _gathered(m, c, share))
+    torch.testing.assert_close(got_logp, ref_logp, atol=1e-5, rtol=1e-5)
+    assert ref_grads.keys() == got_grads.keys() and ref_grads
+    for name, g in ref_grads.items():
+        torch.testing.assert_close(got_grads[name], g, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_models_that_transform_their_logits_keep_the_contiguous_head(tiny):
+    model = copy.deepcopy(tiny.model)
+    model.config.final_logit_softcapping = 30.0
+    assert head_parts(model) is None
+    c = collate([_merged([1, 2, 3], [([4, 5], [6]), ([7], [])])], tiny.tokenizer.pad_token_id)
+    plan = plan_forward(c)
+    logits, sel = trainable_logits(model, c, plan, cache_kwarg(model))
+    assert logits.shape[0] == int(sel.sum()) == 3
