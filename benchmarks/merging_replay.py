@@ -63,7 +63,9 @@ from engine.tasks.calculator import TOOLS  # noqa: E402
 from engine.tracking.merging import episode_samples  # noqa: E402
 from engine.types import EpisodeResult  # noqa: E402
 
-MODES = ("off", "token", "text")
+# "off-unshared": merging off and `training.share_prefix` off, the naive baseline (every call's sample
+# forwarded whole); "off" keeps the engine's default of running a micro-batch's shared prefix once.
+MODES = ("off", "token", "text", "off-unshared")
 SYSTEM = "You are a careful assistant. Use the calculator tool for every addition and report each result."
 
 
@@ -116,7 +118,7 @@ class LedgerAgent:
         return reward
 
 
-def base_config(args, run_dir: Path | None = None, merge: str = "off") -> SwarmConfig:
+def base_config(args, run_dir: Path | None = None, mode: str = "off") -> SwarmConfig:
     return SwarmConfig.model_validate(
         {
             "model": {"name": args.model, "seed": args.seed},
@@ -126,7 +128,8 @@ def base_config(args, run_dir: Path | None = None, merge: str = "off") -> SwarmC
             "training": {
                 "lr": args.lr,
                 "checkpoint_every": 0,
-                "merge": merge,
+                "merge": "off" if mode == "off-unshared" else mode,
+                "share_prefix": mode != "off-unshared",
                 "mini_batch_size": args.prompts * args.group * args.turns,
                 "micro_batch_size": args.micro,
             },
@@ -203,7 +206,7 @@ def nondegenerate(episodes: list[EpisodeResult], groups: int) -> tuple[list[Epis
 
 def merge_counts(episodes: list[EpisodeResult], mode: str) -> dict[str, Any]:
     """Samples per episode after merging (pure: the same function the trainer's batch building calls)."""
-    per_ep = [len(episode_samples(e, mode)) for e in episodes]
+    per_ep = [len(episode_samples(e, "off" if mode == "off-unshared" else mode)) for e in episodes]
     return {
         "samples": sum(per_ep),
         "samples_per_episode": statistics.fmean(per_ep),
@@ -227,7 +230,7 @@ class Replayer:
 
     def trainer(self, mode: str) -> TorchTrainer:
         self.model.load_state_dict(self.start)
-        return TorchTrainer(self.model, self.pad_id, base_config(self.args, merge=mode))
+        return TorchTrainer(self.model, self.pad_id, base_config(self.args, mode=mode))
 
     def gradient(self, mode: str, episodes: list[EpisodeResult]) -> tuple[torch.Tensor, dict[str, float]]:
         """The accumulated gradient of one update (captured before the optimizer step) and its metrics."""
@@ -355,7 +358,7 @@ def main() -> int:
     ap.add_argument("--micro", type=int, default=2, help="micro-batch size of the update")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
+    ap.add_argument("--modes", nargs="+", default=["off", "token", "text"], choices=MODES)
     ap.add_argument("--work-dir", default="runs/merging_replay")
     ap.add_argument(
         "--reuse-recording", action="store_true", help="replay WORK_DIR/record from an earlier run instead of recording"
