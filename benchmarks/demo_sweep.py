@@ -28,12 +28,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import re
 import shlex
 import shutil
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, replace
@@ -45,6 +42,10 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
 from a3r.analysis import ArmStats, Evidence, Question, RunObs, ThresholdResult, analyse, fmt  # noqa: E402
 from a3r.blueprints import deep_merge  # noqa: E402
 from a3r.cli_values import parse_value  # noqa: E402
@@ -55,6 +56,7 @@ from a3r.leader.goals import Goal, parse_goal  # noqa: E402
 from a3r.leader.knobs import set_dotted  # noqa: E402
 from a3r.report import eval_items_of, question_of  # noqa: E402
 from a3r.worker.metrics import parse_metric_bytes  # noqa: E402
+from benchmarks.common import loadavg, machine_record  # noqa: E402
 from engine.jobs import TrainJob, train  # noqa: E402
 
 SEED_PATH = "seed"  # where the leader's blueprints put each run's seed (stage_blueprints: seed_path="seed")
@@ -266,29 +268,6 @@ def compare_campaign(path: Path, ours: Any) -> dict[str, Any]:
 
 
 # -- machine ------------------------------------------------------------------------------------------------
-def git(*args: str) -> str:
-    try:
-        return subprocess.run(["git", *args], capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return ""
-
-
-def machine(load_before: tuple[float, ...], load_after: tuple[float, ...]) -> dict[str, Any]:
-    import torch
-
-    return {
-        "processor": platform.processor(),
-        "platform": platform.platform(),
-        "cpu_count": os.cpu_count(),
-        "loadavg_before": load_before,
-        "loadavg_after": load_after,
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "git_commit": git("rev-parse", "HEAD"),
-        "git_dirty": bool(git("status", "--porcelain")),
-    }
-
-
 # -- outputs ------------------------------------------------------------------------------------------------
 def _iv(d: dict | None) -> str:
     if d is None or d["lo"] is None:
@@ -445,7 +424,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.dry_run:
         return
 
-    load_before = os.getloadavg()
+    load_before = loadavg()
     walls = []
     for k, r in enumerate(runs, start=1):
         print(f"[{k}/{len(runs)}] {r.label} seed {r.seed}: {'reused' if r.done else 'training'}", flush=True)
@@ -477,7 +456,7 @@ def main(argv: list[str] | None = None) -> None:
         "answer": answer,
         "campaign": compare_campaign(args.campaign_report, answer["value"]) if args.campaign_report else None,
         "runs_wall_s": sum(w for w in walls if w is not None),
-        "machine": machine(load_before, os.getloadavg()),
+        "machine": machine_record(load_before),
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

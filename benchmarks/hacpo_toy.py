@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import shlex
 import shutil
 import statistics
@@ -40,9 +39,13 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-import torch  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
 
 from a3r.analysis import t_interval  # noqa: E402
+from benchmarks.common import loadavg, machine_record  # noqa: E402
 from engine.config import ModelConfig  # noqa: E402
 from engine.jobs import TrainJob, train  # noqa: E402
 from engine.tasks import get_task  # noqa: E402
@@ -207,7 +210,7 @@ def markdown(report: dict, agents: list[str], methods: list[str], seeds: list[in
     cmd = report["command"]
     lines = [
         "# HACPO toy reproduction (CPU)", "",
-        f"Command: `{cmd}`", f"Machine: {report['machine']}; {report['compute_s'] / 60:.1f} min of runs (SFT and RL, run one at a time).", "",
+        f"Command: `{cmd}`", f"Machine: {report['machine']['processor']}, {report['machine']['cpu_count']} cores, torch {report['machine']['torch']}; {report['compute_s'] / 60:.1f} min of runs (SFT and RL, run one at a time).", "",
         "Held-out greedy accuracy after RL, mean over seeds (before RL: "
         + ", ".join(f"{a} {report['before'][a]:.3f}" for a in agents) + ").", "",
         "| method | " + " | ".join(agents) + " |", "|---|" + "---|" * len(agents),
@@ -257,6 +260,7 @@ def main() -> None:
         args.first_model, args.second_model = "tiny", "tiny-bytes"
         args.sft_steps, args.sft_steps_second, args.sft_batch, args.steps, args.batch, args.group = 2, 2, 4, 1, 2, 2
         args.mini_batch, args.eval_size, args.seeds = 4, 2, args.seeds[:1]
+    load_before = loadavg()
     t0 = time.time()
     runs_root, out = Path(args.runs), Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -291,7 +295,7 @@ def main() -> None:
     score = {m: statistics.fmean(runs[(s, m)]["after"][a] for s in args.seeds for a in names) for m in args.methods}
     report = {
         "command": shlex.join(["python", "benchmarks/hacpo_toy.py", *sys.argv[1:]]),
-        "machine": f"{platform.machine()} {platform.processor() or ''} {torch.get_num_threads()} threads, torch {torch.__version__}".strip(),
+        "machine": machine_record(load_before),
         "wall_s": time.time() - t0,  # this invocation (a resumed one reuses finished runs)
         "compute_s": compute_s,  # every SFT and RL run, wherever it ran: the reproduction's cost
         "out": str(out),

@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
 import sys
@@ -39,13 +38,12 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-import torch
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from benchmarks.common import CountingLLM, cpu_seconds, run_calculator_tools  # noqa: E402
+from benchmarks.common import CountingLLM, cpu_seconds, loadavg, machine_record, run_calculator_tools  # noqa: E402
 from engine.client import run_episodes  # noqa: E402
 from engine.config import SwarmConfig  # noqa: E402
 from engine.jobs import ServerProcess  # noqa: E402
@@ -453,15 +451,14 @@ def main() -> int:
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     t_start = time.time()
+    load_before = loadavg()
     probe = probe_builtin(args) if args.probe else None
     if probe:
         print("built-in CalculatorAgent probe:", json.dumps(probe), flush=True)
     steps, error = run_benchmark(args) if args.steps else ({}, None)
     result = {
         "command": "python " + " ".join([sys.argv[0], *sys.argv[1:]]),
-        "machine": "2-core CPU container, no GPU (shared: other jobs ran at the same time, see load1 per step)",
-        "platform": platform.platform(),
-        "torch": torch.__version__,
+        "machine": machine_record(load_before),
         "server_threads": args.server_threads or "torch default (2 on this machine)",
         "args": {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(args).items()},
         "wall_s": time.time() - t_start,

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import shlex
 import shutil
 import sys
@@ -28,8 +27,12 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-import torch  # noqa: E402
 
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from benchmarks.common import loadavg, machine_record  # noqa: E402
 from vibe.check import check  # noqa: E402
 from vibe.data import write_data  # noqa: E402
 from vibe.layout import ClientDir  # noqa: E402
@@ -51,6 +54,7 @@ def main() -> None:
     )
     args = ap.parse_args()
     root, out = Path(args.client), Path(args.out)
+    load_before = loadavg()
     check_s = None
     if args.resume:
         if not (root / ".vibe" / "check.json").exists():
@@ -74,7 +78,7 @@ def main() -> None:
     rewards = read_rewards(run_dir)
     result = {
         "command": shlex.join(["python", "benchmarks/spy_game.py", *sys.argv[1:]]),
-        "machine": f"{platform.machine()} {torch.get_num_threads()} threads, torch {torch.__version__}",
+        "machine": machine_record(load_before),
         "check_s": check_s,  # None when resumed (the first invocation ran the check)
         "resumed": args.resume,
         "train_s": train_s,
@@ -114,7 +118,8 @@ def markdown(result: dict, out: Path) -> str:
     return "\n".join([
         "# Who is the spy on SmolLM2-135M through vibe", "",
         f"Command: `{result['command']}`", "",
-        f"Machine: {result['machine']}; vibe check {checked}, training {result['train_s'] / 60:.1f} min{resumed} "
+        f"Machine: {result['machine']['processor']}, {result['machine']['cpu_count']} cores, torch "
+        f"{result['machine']['torch']}; vibe check {checked}, training {result['train_s'] / 60:.1f} min{resumed} "
         "(SmolLM2 plays every seat; one run, one seed).", "",
         "The offline `game` template as `vibe new` writes it (config below), checked by `vibe check`, then trained by "
         "the client process of `vibe train`.", "",
