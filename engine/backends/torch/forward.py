@@ -110,7 +110,12 @@ def head_parts(model: Any) -> tuple[Any, Any] | None:
     if get_decoder is None or get_head is None:
         return None
     decoder, head = get_decoder(), get_head()
-    if decoder is None or head is None:
+    # transformers' get_decoder() falls back to the model itself, and for some multimodal models names a
+    # module with its own LM head: only a head-less decoder returns the hidden states this path needs.
+    if decoder is None or head is None or decoder is model:
+        return None
+    own_head = getattr(decoder, "get_output_embeddings", None)
+    if own_head is not None and own_head() is not None:
         return None
     return decoder, head
 

@@ -168,3 +168,10 @@ def test_models_that_transform_their_logits_keep_the_contiguous_head(tiny):
     plan = plan_forward(c)
     logits, sel = trainable_logits(model, c, plan, cache_kwarg(model))
     assert logits.shape[0] == int(sel.sum()) == 3
+
+
+def test_a_decoder_lookup_that_falls_back_to_the_model_keeps_the_contiguous_head(tiny):
+    """transformers' get_decoder() returns the model itself when it finds no decoder: no gathered path."""
+    model = copy.deepcopy(tiny.model)
+    model.get_decoder = lambda: model
+    assert head_parts(model) is None
