@@ -10,7 +10,7 @@ test) to rewards.jsonl; this script plots them with their spread over the step's
     .venv/bin/python benchmarks/spy_game.py --steps 10 --out docs/benchmarks/spy_game
 
 One run, one seed: a curve to watch training move, not a comparison (no claim that one setting beats
-another is made from it). Not run yet: no docs/benchmarks/spy_game.* is committed.
+another is made from it). The committed run, and what it shows: docs/benchmarks/spy_game.md.
 """
 
 from __future__ import annotations
