@@ -32,7 +32,7 @@ from vibe.exceptions import VibeError
 from vibe.layout import CLIENT_FILE, CONFIG_FILE, TRAIN_FILE
 from vibe.loader import client_roles, contract_function, load_module
 from vibe.private import write_private
-from vibe.progress import FLAT_FLAG, flat_streak, read_rewards
+from vibe.progress import FLAT_FLAG, flat_streak, read_rewards, replayed_rows
 from vibe.sandbox import tail
 from vibe.stats import component_stats, group_spreads, mean_std
 
@@ -85,6 +85,14 @@ def warm_start(job: VibeJob, tasks: list[dict], run_dir: Path, steps: int) -> Vi
     return job.model_copy(update={"swarm": job.swarm.model_copy(update={"model": model})})
 
 
+def _metrics(run_dir: Path) -> list[dict]:
+    """The first server's metrics.jsonl records (one per trained step)."""
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
 def train(root: Path, run_dir: Path, steps: int, warm_start_steps: int = 0) -> None:
     flags: list[dict] = []
     servers: list[ServerProcess] = []
@@ -131,7 +139,11 @@ def train(root: Path, run_dir: Path, steps: int, warm_start_steps: int = 0) -> N
                     # the groups of those tasks can never fill, so the servers would wait for them forever
                     raise VibeError(f"{len(failures)} play(s) failed {RETRIES + 1} times at step {step + 1}; "
                                     f"first: {failures[0]}")
-                step = min(c.wait_for_step(step + 1, timeout=3600)["global_step"] for c in clients)
+                before, step = step, min(c.wait_for_step(step + 1, timeout=3600)["global_step"] for c in clients)
+                if step > before + 1:  # the server also trained episodes replayed from its journal
+                    with open(run_dir / "rewards.jsonl", "a") as f:
+                        for row in replayed_rows(before, step, _metrics(run_dir)):
+                            f.write(json.dumps(row) + "\n")
                 totals = [math.fsum(e["components"].values()) for e in episodes]
                 spreads = group_spreads(episodes)
                 mean, std = mean_std(totals)

@@ -13,7 +13,7 @@ import pytest
 from vibe.cli import main
 from vibe.config import VibeJob
 from vibe.layout import ClientDir
-from vibe.progress import flat_streak, read_rewards, read_status
+from vibe.progress import flat_streak, read_rewards, read_status, replayed_rows
 from vibe.train import run_dir, session_name
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
@@ -33,6 +33,19 @@ def test_flat_streak_counts_the_latest_steps_without_variance():
     assert flat_streak(rec) == 2
     assert flat_streak(rec[:2]) == 0 and flat_streak([]) == 0
     assert flat_streak([{"groups": 0, "flat_groups": 0}]) == 0  # no groups is not "flat"
+
+
+def test_steps_trained_from_replayed_episodes_get_their_own_rows():
+    """A resumed run: the server trained step 3 from its journal and step 4 from this client's plays while the
+    client waited once; step 3 gets a row with the server's figures, so the log has no gap."""
+    metrics = [{"step": 2.0, "reward_mean": 0.1}, {"step": 3.0, "reward_mean": 0.25, "reward_std": 0.5, "episodes": 8.0},
+               {"step": 4.0, "reward_mean": 0.4}]
+    (row,) = replayed_rows(2, 4, metrics)
+    assert row == {"step": 3, "reward_mean": 0.25, "reward_std": 0.5, "episodes": 8, "failed": 0, "groups": 0,
+                   "flat_groups": 0, "components": {}, "replayed": True}
+    assert replayed_rows(2, 3, metrics) == []  # one step per wait: nothing was replayed
+    assert replayed_rows(2, 4, metrics[2:]) == []  # no server figures for step 3: no invented row
+    assert flat_streak([{"groups": 2, "flat_groups": 2}, row]) == 0  # a replayed row is not "flat"
 
 
 def test_train_refuses_a_negative_warm_start(qa_client, tmux_socket, capsys):
