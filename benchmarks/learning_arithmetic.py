@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -20,6 +21,11 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from benchmarks.common import loadavg, machine_record  # noqa: E402
 from engine.config import SwarmConfig  # noqa: E402
 from engine.jobs import TrainJob, train  # noqa: E402
 
@@ -65,6 +71,7 @@ def main() -> None:
     ap.add_argument("--runs", default="runs/learning_arithmetic")
     args = ap.parse_args()
 
+    load_before = loadavg()
     results = []
     for seed in args.seeds:
         t0 = time.time()
@@ -78,6 +85,7 @@ def main() -> None:
     gains = [a - b for a, b in zip(after, before, strict=True)]
     report = {
         "config": vars(args),
+        "machine": machine_record(load_before),
         "runs": results,
         "before_mean": statistics.mean(before),
         "after_mean": statistics.mean(after),

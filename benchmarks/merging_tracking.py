@@ -30,17 +30,21 @@ import gc
 import importlib.util
 import json
 import os
-import platform
 import random
 import statistics
 import sys
 import time
 from pathlib import Path
 
-from engine.backends.base import Completion
-from engine.tracking import ContextTracker, episode_samples, parse_tool_calls, render_prompt
-from engine.tracking.history import HistoryReuse, reuse_sampled_ids, sampled_replies
-from engine.types import EpisodeResult
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from benchmarks.common import loadavg, machine_record  # noqa: E402
+from engine.backends.base import Completion  # noqa: E402
+from engine.tracking import ContextTracker, episode_samples, parse_tool_calls, render_prompt  # noqa: E402
+from engine.tracking.history import HistoryReuse, reuse_sampled_ids, sampled_replies  # noqa: E402
+from engine.types import EpisodeResult  # noqa: E402
 
 WORDS = (
     "the agent checks file config value result table query answer first then looks again because tool "
@@ -159,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         help="exact: re-sent replies are fed as their sampled ids (the server's default); template: re-rendered",
     )
     args = ap.parse_args(argv)
+    load_before = loadavg()
 
     tok = load_tokenizer()
     t0 = time.perf_counter()
@@ -219,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         report = {
             "benchmark": "merging_tracking",
             "params": vars(args) | {"out": str(args.out)},
-            "python": platform.python_version(),
+            "machine": machine_record(load_before),
             "modes": results,
             "history": history,
             "render_ms_by_messages": render,
