@@ -4,13 +4,12 @@ A figure is only comparable with its rerun if the JSON says what the machine was
 settings, the load before and after, and the commit. A speed ratio is reported over interleaved repeats as
 its median and spread (min, max), never from one run.
 
-Also the small helpers several scripts shared as copies: CPU seconds of a process, an OpenAI client wrapper
-that counts calls and finish reasons, and running the calculator tool on a reply's tool calls.
+Also the small helpers several scripts shared as copies: CPU seconds of a process, and an OpenAI client
+wrapper that counts calls and finish reasons.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import statistics
@@ -115,18 +114,3 @@ class CountingLLM:
         self.tool_calls += len(choice.message.tool_calls or [])
         self.finish.append(choice.finish_reason)
         return out
-
-
-def run_calculator_tools(msg: Any) -> list[dict[str, Any]]:
-    """The `tool` messages answering an assistant message's calculator tool calls ("error" when invalid)."""
-    from engine.tasks.countdown import safe_eval
-
-    results = []
-    for tc in msg.tool_calls:
-        try:
-            expr = json.loads(tc.function.arguments).get("expression", "")
-        except (json.JSONDecodeError, AttributeError):
-            expr = ""
-        value = safe_eval(str(expr))
-        results.append({"role": "tool", "tool_call_id": tc.id, "content": "error" if value is None else str(value)})
-    return results

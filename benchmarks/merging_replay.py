@@ -50,7 +50,6 @@ from benchmarks.common import (  # noqa: E402
     loadavg,
     machine_record,
     rotated,
-    run_calculator_tools,
     spread,
 )
 from engine.backends.torch.trainer import TorchTrainer  # noqa: E402
@@ -59,7 +58,7 @@ from engine.config import SwarmConfig  # noqa: E402
 from engine.jobs import ServerProcess  # noqa: E402
 from engine.models.loader import load_model  # noqa: E402
 from engine.tasks.base import Item, last_integer  # noqa: E402
-from engine.tasks.calculator import TOOLS  # noqa: E402
+from engine.tasks.calculator import TOOLS, tool_messages  # noqa: E402
 from engine.tracking.merging import episode_samples  # noqa: E402
 from engine.types import EpisodeResult  # noqa: E402
 
@@ -108,7 +107,7 @@ class LedgerAgent:
             if msg.tool_calls:
                 calls = [tc.model_dump() for tc in msg.tool_calls]
                 messages.append({"role": "assistant", "content": msg.content or "", "tool_calls": calls})
-                messages.extend(run_calculator_tools(msg))
+                messages.extend(tool_messages(msg))
                 messages.append({"role": "user", "content": line})
             else:
                 messages.append({"role": "assistant", "content": msg.content or ""})

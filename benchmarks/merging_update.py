@@ -43,12 +43,12 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from benchmarks.common import CountingLLM, cpu_seconds, loadavg, machine_record, run_calculator_tools  # noqa: E402
+from benchmarks.common import CountingLLM, cpu_seconds, loadavg, machine_record  # noqa: E402
 from engine.client import run_episodes  # noqa: E402
 from engine.config import SwarmConfig  # noqa: E402
 from engine.jobs import ServerProcess  # noqa: E402
 from engine.tasks.base import Item, last_integer  # noqa: E402
-from engine.tasks.calculator import TOOLS, CalculatorAgent  # noqa: E402
+from engine.tasks.calculator import TOOLS, CalculatorAgent, tool_messages  # noqa: E402
 
 MODES = ("off", "token", "text")
 
@@ -124,7 +124,7 @@ class WorkflowCalculator(CalculatorAgent):
                         "tool_calls": [tc.model_dump() for tc in msg.tool_calls],
                     }
                 )
-                messages.extend(run_calculator_tools(msg))
+                messages.extend(tool_messages(msg))
             else:
                 messages.append({"role": "assistant", "content": msg.content or ""})
                 messages.append({"role": "user", "content": self.follow_up(item, turn)})

@@ -24,6 +24,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from engine.jobs import ServerProcess
+from engine.training.metrics import read_run_metrics
 from engine.training.supervised import supervise
 from vibe.config import VibeJob
 from vibe.dataset import read_jsonl
@@ -85,14 +86,6 @@ def warm_start(job: VibeJob, tasks: list[dict], run_dir: Path, steps: int) -> Vi
     return job.model_copy(update={"swarm": job.swarm.model_copy(update={"model": model})})
 
 
-def _metrics(run_dir: Path) -> list[dict]:
-    """The first server's metrics.jsonl records (one per trained step)."""
-    path = run_dir / "metrics.jsonl"
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
 def train(root: Path, run_dir: Path, steps: int, warm_start_steps: int = 0) -> None:
     flags: list[dict] = []
     servers: list[ServerProcess] = []
@@ -142,7 +135,7 @@ def train(root: Path, run_dir: Path, steps: int, warm_start_steps: int = 0) -> N
                 before, step = step, min(c.wait_for_step(step + 1, timeout=3600)["global_step"] for c in clients)
                 if step > before + 1:  # the server also trained episodes replayed from its journal
                     with open(run_dir / "rewards.jsonl", "a") as f:
-                        for row in replayed_rows(before, step, _metrics(run_dir)):
+                        for row in replayed_rows(before, step, read_run_metrics(run_dir)):
                             f.write(json.dumps(row) + "\n")
                 totals = [math.fsum(e["components"].values()) for e in episodes]
                 spreads = group_spreads(episodes)

@@ -38,7 +38,7 @@ class Waiters:
         self._waiting: list[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = []
 
     def add(self) -> asyncio.Future:
-        """A new future on the running loop, woken by the next `wake_all`; await it outside the lock."""
+        """A new future on the running loop, woken by `wake(take())`; await it outside the lock."""
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
         self._waiting.append((loop, fut))

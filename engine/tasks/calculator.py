@@ -58,11 +58,18 @@ class CalculatorAgent:
                     "tool_calls": [tc.model_dump() for tc in msg.tool_calls],
                 }
             )
-            for tc in msg.tool_calls:
-                try:
-                    expr = json.loads(tc.function.arguments).get("expression", "")
-                except (json.JSONDecodeError, AttributeError):
-                    expr = ""
-                value = safe_eval(str(expr))
-                messages.append({"role": "tool", "tool_call_id": tc.id, "content": "error" if value is None else str(value)})
+            messages.extend(tool_messages(msg))
         return 0.0
+
+
+def tool_messages(msg: Any) -> list[dict[str, Any]]:
+    """The `tool` messages answering an assistant message's calculator tool calls ("error" when invalid)."""
+    results = []
+    for tc in msg.tool_calls:
+        try:
+            expr = json.loads(tc.function.arguments).get("expression", "")
+        except (json.JSONDecodeError, AttributeError):
+            expr = ""
+        value = safe_eval(str(expr))
+        results.append({"role": "tool", "tool_call_id": tc.id, "content": "error" if value is None else str(value)})
+    return results

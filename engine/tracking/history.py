@@ -10,9 +10,10 @@ same text: the sampler may produce a non-canonical tokenisation ("Hel" + "lo" wh
 episode sampled (sampled text plus the end-of-turn text, as the tracker records it) with the sampled ids.
 Texts stay as they are, so `concat(block.text) == text` and `concat(block.token_ids) == token_ids` still
 hold. A reply cut by max_tokens was sampled without an end of turn, and the template closes the turn when
-it is re-sent: it is fed as its sampled ids (a block that lines up with the earlier call's sampled block) followed by
-the template's end-of-turn id in a glue block (`closed`), so the earlier call merges into the later one. An assistant body with no sampled match (the client
-edited it) keeps the template's ids: the fallback, counted.
+it is re-sent: it is fed as its sampled ids (a block that lines up with the earlier call's sampled block)
+followed by the template's end-of-turn id in a glue block (`closed`), so the earlier call merges into the
+later one. An assistant body with no sampled match (the client edited it) keeps the template's ids: the
+fallback, counted.
 
 Pure: the server passes the tracker's sampled replies and keeps the counts.
 """
@@ -64,11 +65,12 @@ def sampled_replies(timelines: Sequence[Timeline]) -> dict[str, list[int]]:
     return out
 
 
-def _closed_by_template(body: Block, sampled: Mapping[str, list[int]], end_of_turn: Mapping[int, str]) -> list[int] | None:
-    """The ids to feed for a re-sent reply that was cut by max_tokens, or None when `body` is not one.
+def _cut_reply_blocks(body: Block, sampled: Mapping[str, list[int]], end_of_turn: Mapping[int, str]) -> list[Block] | None:
+    """The blocks to feed for a re-sent reply that was cut by max_tokens, or None when `body` is not one.
 
-    The template rendered the reply's text and then closed the turn; the sampled reply has the same text
-    without the closing and ended on no end-of-turn id. Fed: the sampled ids, then the template's closing id.
+    The template rendered the reply's text and closed the turn; the sampled reply has that text without the
+    closing and ended on no end-of-turn id. Two blocks: the reply as sampled (it lines up with the earlier
+    call's sampled block, so both merge modes fold that call in), then the template's closing as glue.
     """
     if not body.token_ids:
         return None
@@ -76,10 +78,11 @@ def _closed_by_template(body: Block, sampled: Mapping[str, list[int]], end_of_tu
     eot_text = end_of_turn.get(eot)
     if not eot_text or not body.text.endswith(eot_text):
         return None
-    ids = sampled.get(body.text[: -len(eot_text)])
+    text = body.text[: -len(eot_text)]
+    ids = sampled.get(text)
     if ids is None or (ids and ids[-1] in end_of_turn):
         return None
-    return [*ids, eot]
+    return [Block(body.author, text, list(ids), None, False), Block(Author.ENV, eot_text, [eot], None, False)]
 
 
 def reuse_sampled_ids(
@@ -94,14 +97,10 @@ def reuse_sampled_ids(
             blocks.append(b)
             continue
         ids = sampled.get(b.text)
-        closed = _closed_by_template(b, sampled, rendered.end_of_turn) if ids is None else None
-        if closed is not None:
-            # Two blocks: the reply as sampled (it lines up with the earlier call's sampled block, so both
-            # merge modes fold that call in) and the template's closing of the turn as glue.
-            eot_text = rendered.end_of_turn[closed[-1]]
+        cut = _cut_reply_blocks(b, sampled, rendered.end_of_turn) if ids is None else None
+        if cut is not None:
             counts += HistoryReuse(closed=1)
-            blocks.append(Block(b.author, b.text[: -len(eot_text)], closed[:-1], None, False))
-            blocks.append(Block(Author.ENV, eot_text, closed[-1:], None, False))
+            blocks.extend(cut)
             changed = True
         elif ids is None:
             counts += HistoryReuse(fallback=1)

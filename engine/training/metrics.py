@@ -14,12 +14,22 @@ from pathlib import Path
 
 from engine.fsutil import atomic_write_text
 
+METRICS_FILE = "metrics.jsonl"
+
+
+def read_run_metrics(run_dir: str | Path) -> list[dict]:
+    """The per-step records of a run dir's metrics file (empty when there is none yet)."""
+    path = Path(run_dir) / METRICS_FILE
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
 
 class MetricsLog:
     def __init__(self, run_dir: str | Path | None) -> None:
         self.paths: list[Path] = []
         # The run dir's own file: the only one `supersede_after` rewrites.
-        self.run_path = Path(run_dir) / "metrics.jsonl" if run_dir is not None else None
+        self.run_path = Path(run_dir) / METRICS_FILE if run_dir is not None else None
         if self.run_path is not None:
             self.paths.append(self.run_path)
         extra = os.environ.get("A3R_METRICS_FILE")

@@ -138,15 +138,19 @@ def target_hidden(decoder: Any, c: Collated, plan: ForwardPlan, cache_kwarg: str
     return h[:, plan.start - P : T - 1 - P]
 
 
-def trainable_logits(model: Any, c: Collated, plan: ForwardPlan, cache_kwarg: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """Logits [N, V] at the N trainable targets from column `start` on, and where they are: the bool mask
-    [B, T-1-start] (`c.mask_BT[:, start:]`), row-major like `tensor[mask]`."""
-    sel = c.mask_BT[:, plan.start :].bool()
+def trainable_mask(c: Collated, plan: ForwardPlan) -> torch.Tensor:
+    """Where the trainable targets are from column `start` on: bool [B, T-1-start]."""
+    return c.mask_BT[:, plan.start :].bool()
+
+
+def trainable_logits(model: Any, c: Collated, plan: ForwardPlan, cache_kwarg: str) -> torch.Tensor:
+    """Logits [N, V] at the N trainable targets, row-major like `tensor[trainable_mask(c, plan)]`."""
+    sel = trainable_mask(c, plan)
     parts = head_parts(model)
     if parts is None:
-        return target_logits(model, c, plan, cache_kwarg)[sel], sel
+        return target_logits(model, c, plan, cache_kwarg)[sel]
     decoder, head = parts
-    return head(target_hidden(decoder, c, plan, cache_kwarg)[sel]), sel
+    return head(target_hidden(decoder, c, plan, cache_kwarg)[sel])
 
 
 def scatter_rows(sel_BT: torch.Tensor, values_N: torch.Tensor) -> torch.Tensor:

@@ -21,7 +21,7 @@ import torch
 
 from engine.algorithms import get_advantage_estimator, get_policy_loss
 from engine.algorithms.losses import aggregate_denominator, entropy_from_logits, token_logprobs
-from engine.backends.torch.forward import plan_forward, scatter_rows, trainable_logits
+from engine.backends.torch.forward import plan_forward, scatter_rows, trainable_logits, trainable_mask
 from engine.backends.torch.kv import cache_kwarg
 from engine.config import SwarmConfig
 from engine.training.algo_config import advantage_config, loss_config
@@ -76,14 +76,14 @@ class TorchTrainer:
         plan = plan_forward(c, share_prefix=self.cfg.training.share_prefix)
         # Logits only at trainable targets (see forward.py); every per-token tensor below is scattered back
         # to [B, T'] with zeros where no loss is taken.
-        sel = c.mask_BT[:, plan.start :].bool()
+        sel = trainable_mask(c, plan)
         targets_1N = c.target_ids_BT[:, plan.start :][sel][None]
         ref_logp = None
         if need_ref:
             with torch.no_grad(), self._reference():
-                ref_logits, _ = trainable_logits(self.model, c, plan, self.cache_kwarg)
+                ref_logits = trainable_logits(self.model, c, plan, self.cache_kwarg)
                 ref_logp = scatter_rows(sel, token_logprobs(ref_logits.float()[None], targets_1N)[0])
-        logits_1NV = trainable_logits(self.model, c, plan, self.cache_kwarg)[0].float()[None]
+        logits_1NV = trainable_logits(self.model, c, plan, self.cache_kwarg).float()[None]
         ent = None
         if entropy and self.loss_cfg.entropy_coef > 0:
             ent = scatter_rows(sel, entropy_from_logits(logits_1NV)[0])

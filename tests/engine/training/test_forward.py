@@ -16,6 +16,7 @@ from engine.backends.torch.forward import (
     scatter_rows,
     target_logits,
     trainable_logits,
+    trainable_mask,
 )
 from engine.backends.torch.kv import cache_kwarg
 from engine.config import ModelConfig
@@ -123,7 +124,7 @@ def _merged(prompt: list[int], turns: list[tuple[list[int], list[int]]]) -> Samp
 
 def _gathered(model, c, share: bool):
     plan = plan_forward(c, share_prefix=share)
-    logits, sel = trainable_logits(model, c, plan, cache_kwarg(model))
+    logits, sel = trainable_logits(model, c, plan, cache_kwarg(model)), trainable_mask(c, plan)
     targets = c.target_ids_BT[:, plan.start :][sel][None]
     logp = scatter_rows(sel, token_logprobs(logits.float()[None], targets)[0])
     return torch.nn.functional.pad(logp, (c.mask_BT.shape[1] - logp.shape[1], 0))
@@ -166,8 +167,8 @@ def test_models_that_transform_their_logits_keep_the_contiguous_head(tiny):
     assert head_parts(model) is None
     c = collate([_merged([1, 2, 3], [([4, 5], [6]), ([7], [])])], tiny.tokenizer.pad_token_id)
     plan = plan_forward(c)
-    logits, sel = trainable_logits(model, c, plan, cache_kwarg(model))
-    assert logits.shape[0] == int(sel.sum()) == 3
+    logits = trainable_logits(model, c, plan, cache_kwarg(model))
+    assert logits.shape[0] == int(trainable_mask(c, plan).sum()) == 3
 
 
 def test_a_decoder_lookup_that_falls_back_to_the_model_keeps_the_contiguous_head(tiny):
