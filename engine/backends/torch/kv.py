@@ -4,7 +4,7 @@ Rows of a running batch are left-aligned to one cache length L: row r's real tok
 `mask[r].sum()` slots and the slots before them are padding that the attention mask hides. Keys are
 stored after RoPE with each row's own position ids, so shifting a row's padding changes nothing it
 computes. That makes these cheap operations exact (plus `expand_rows`, used by the trainer's shared-prefix
-forward):
+KV layout):
 - select rows (finished rows leave),
 - left-pad to a longer length and concatenate (new rows join),
 - drop leading columns that are padding in every row (keeps L from growing after long rows leave).

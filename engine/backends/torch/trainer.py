@@ -21,7 +21,13 @@ import torch
 
 from engine.algorithms import get_advantage_estimator, get_policy_loss
 from engine.algorithms.losses import aggregate_denominator, entropy_from_logits, token_logprobs
-from engine.backends.torch.forward import plan_forward, scatter_rows, trainable_logits, trainable_mask
+from engine.backends.torch.forward import (
+    plan_forward,
+    scatter_rows,
+    supports_packing,
+    trainable_logits,
+    trainable_mask,
+)
 from engine.backends.torch.kv import cache_kwarg
 from engine.config import SwarmConfig
 from engine.training.algo_config import advantage_config, loss_config
@@ -57,6 +63,7 @@ class TorchTrainer:
         self.loss_cfg = loss_config(cfg)
         self.global_step = 0
         self.cache_kwarg = cache_kwarg(model)
+        self.packable = supports_packing(model)
 
     def _reference(self):
         """Context in which the model computes reference log-probs: LoRA disables its adapter."""
@@ -73,7 +80,7 @@ class TorchTrainer:
     def forward(self, c: Collated, *, need_ref: bool, entropy: bool = False) -> MicroForward:
         """Per-token log-probs of a collated micro-batch's targets from its first trainable column on
         (grad), its trainable mask there, and when asked reference log-probs and entropy."""
-        plan = plan_forward(c, share_prefix=self.cfg.training.share_prefix)
+        plan = plan_forward(c, share_prefix=self.cfg.training.share_prefix, pack=self.packable)
         # Logits only at trainable targets (see forward.py); every per-token tensor below is scattered back
         # to [B, T'] with zeros where no loss is taken.
         sel = trainable_mask(c, plan)

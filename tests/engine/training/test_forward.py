@@ -1,5 +1,6 @@
-"""The trainer's forward pass (engine/backends/torch/forward.py): the split plan by hand, and the same
-log-probs and gradients as a plain full forward on the tiny model, full weights and LoRA."""
+"""The trainer's forward pass (engine/backends/torch/forward.py): the plan and the packed layout by hand, and
+the same log-probs and gradients as a plain full forward on the tiny model in every layout, full weights and
+LoRA."""
 
 from __future__ import annotations
 
@@ -11,10 +12,13 @@ import torch
 from engine.algorithms.losses import token_logprobs
 from engine.backends.torch.forward import (
     ForwardPlan,
+    Layout,
+    block_causal_mask,
     head_parts,
+    pack_rows,
     plan_forward,
     scatter_rows,
-    target_logits,
+    supports_packing,
     trainable_logits,
     trainable_mask,
 )
@@ -35,18 +39,53 @@ def _sample(prompt: list[int], reply: list[int], tail: list[int] | None = None) 
 def test_plan_by_hand():
     # rows share tokens 0..2; the first trainable target (x_4 predicted at column 3) is in row 0
     c = collate([_sample([1, 2, 3, 4], [5, 6]), _sample([1, 2, 3, 9, 9], [7])], pad_id=0)
-    assert plan_forward(c) == ForwardPlan(prefix=3, start=3)
+    assert plan_forward(c) == ForwardPlan(prefix=3, start=3, layout=Layout.PACKED)
+    assert plan_forward(c, pack=False) == ForwardPlan(prefix=3, start=3, layout=Layout.SHARED_KV)
+    # packed: the prefix once (3) plus each row's tokens after it (3 + 3) = 9 tokens
+    assert plan_forward(c, pack_max_tokens=9).layout is Layout.PACKED
+    assert plan_forward(c, pack_max_tokens=8).layout is Layout.SHARED_KV
     # identical prompts: the prefix reaches the first trainable target and stops there
     c = collate([_sample([1, 2, 3], [5, 6]), _sample([1, 2, 3], [7])], pad_id=0)
-    assert plan_forward(c) == ForwardPlan(prefix=2, start=2)
-    # one row, sharing switched off, or nothing trainable: no prefix pass
+    assert plan_forward(c) == ForwardPlan(prefix=2, start=2, layout=Layout.PACKED)
+    # one row, sharing switched off, or nothing trainable: no prefix
     assert plan_forward(collate([_sample([1, 2, 3], [5])], pad_id=0)) == ForwardPlan(prefix=0, start=2)
-    assert plan_forward(c, share_prefix=False) == ForwardPlan(prefix=0, start=2)
+    assert plan_forward(c, share_prefix=False) == ForwardPlan(prefix=0, start=2, layout=Layout.PACKED)
+    assert plan_forward(c, share_prefix=False, pack=False) == ForwardPlan(prefix=0, start=2)
     frozen = Sample(Timeline([Block(Author.ENV, "", [1, 2, 3])]), "e", "t", 0.0, 1.0)
     assert plan_forward(collate([frozen, frozen], pad_id=0)) == ForwardPlan(prefix=0, start=0)
-    # the very first token differs: nothing to share
+    # the very first token differs: nothing to share, but the rows still pack (no padding)
     c = collate([_sample([1, 2], [5]), _sample([8, 2], [5])], pad_id=0)
-    assert plan_forward(c) == ForwardPlan(prefix=0, start=1)
+    assert plan_forward(c) == ForwardPlan(prefix=0, start=1, layout=Layout.PACKED)
+    assert plan_forward(c, pack=False) == ForwardPlan(prefix=0, start=1, layout=Layout.PADDED)
+
+
+def test_pack_rows_by_hand():
+    # prefix [1, 2]; row 0 continues 3 4 (length 4, one pad), row 1 continues 7 8 9 (length 5), row 2
+    # continues 6 5 (length 4, one pad)
+    c = collate([_sample([1, 2, 3], [4]), _sample([1, 2, 7], [8, 9]), _sample([1, 2, 6], [5])], pad_id=0)
+    plan = plan_forward(c)
+    assert plan == ForwardPlan(prefix=2, start=2, layout=Layout.PACKED)
+    p = pack_rows(c, plan)
+    assert p.ids_N.tolist() == [1, 2, 3, 4, 7, 8, 9, 6, 5]
+    assert p.positions_N.tolist() == [0, 1, 2, 3, 2, 3, 4, 2, 3]
+    assert p.segments_N.tolist() == [-1, -1, 0, 0, 1, 1, 1, 2, 2]
+    # target columns 2 and 3 of each row (T = 5), as packed positions of the states that predict them
+    assert p.index_BT.tolist() == [[2, 3], [4, 5], [7, 8]]
+    # e.g. row 1's tokens 8 and 9 are predicted from its positions 2 and 3: packed 4 and 5
+    assert p.ids_N[p.index_BT[1] + 1].tolist() == [8, 9]
+
+
+def test_block_causal_mask_by_hand():
+    m = block_causal_mask(torch.tensor([-1, -1, 0, 0, 1]), torch.float32)[0, 0]
+    visible = (m == 0).int().tolist()
+    assert visible == [
+        [1, 0, 0, 0, 0],
+        [1, 1, 0, 0, 0],
+        [1, 1, 1, 0, 0],
+        [1, 1, 1, 1, 0],
+        [1, 1, 0, 0, 1],  # row 1 sees the prefix and itself, not row 0
+    ]
+    assert float(m.min()) == torch.finfo(torch.float32).min
 
 
 @pytest.fixture(scope="module")
@@ -72,11 +111,21 @@ def _plain(model, c):
     return token_logprobs(logits.float(), c.target_ids_BT)
 
 
-def _split(model, c, share: bool):
-    plan = plan_forward(c, share_prefix=share)
-    logits = target_logits(model, c, plan, cache_kwarg(model))
-    logp = token_logprobs(logits.float(), c.target_ids_BT[:, plan.start :])
-    return torch.nn.functional.pad(logp, (c.mask_BT.shape[1] - logp.shape[1], 0)), plan
+# Every way a micro-batch can go through the network: (share_prefix, pack) for plan_forward.
+LAYOUTS = {
+    "packed": (True, True),
+    "shared-kv": (True, False),
+    "packed-no-prefix": (False, True),
+    "padded": (False, False),
+}
+
+
+def _gathered(model, c, share: bool, pack: bool):
+    plan = plan_forward(c, share_prefix=share, pack=pack)
+    logits, sel = trainable_logits(model, c, plan, cache_kwarg(model)), trainable_mask(c, plan)
+    targets = c.target_ids_BT[:, plan.start :][sel][None]
+    logp = scatter_rows(sel, token_logprobs(logits.float()[None], targets)[0])
+    return torch.nn.functional.pad(logp, (c.mask_BT.shape[1] - logp.shape[1], 0))
 
 
 def _logp_and_grads(model, c, forward):
@@ -88,24 +137,31 @@ def _logp_and_grads(model, c, forward):
     return logp.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
 
 
-@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
-@pytest.mark.parametrize("share", [True, False], ids=["shared-prefix", "targets-only"])
-@pytest.mark.parametrize("rows", [3, 4], ids=["one-group", "group+other"])
-def test_same_logprobs_and_gradients_as_a_plain_forward(tiny, lora, share, rows):
-    model = copy.deepcopy(tiny.model)
-    if lora:
-        from peft import LoraConfig, get_peft_model
+def _lora(model):
+    from peft import LoraConfig, get_peft_model
 
-        model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
-        for n, p in model.named_parameters():  # non-zero B, so the adapter's A gets a gradient too
-            if "lora_B" in n:
-                torch.nn.init.normal_(p, std=0.02)
+    model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+    for n, p in model.named_parameters():  # non-zero B, so the adapter's A gets a gradient too
+        if "lora_B" in n:
+            torch.nn.init.normal_(p, std=0.02)
+    return model
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("rows", [3, 4], ids=["one-group", "group+other"])
+def test_same_logprobs_and_gradients_as_a_plain_forward(tiny, lora, layout, rows):
+    model = copy.deepcopy(tiny.model)
+    model = _lora(model) if lora else model
     model.eval()
+    assert supports_packing(model)
+    share, pack = LAYOUTS[layout]
     c = collate(_batch()[:rows], tiny.tokenizer.pad_token_id)
-    plan = plan_forward(c, share_prefix=share)
+    plan = plan_forward(c, share_prefix=share, pack=pack)
     assert plan.prefix == (0 if not share else 9 - 1 if rows == 3 else 6)
+    assert plan.layout.value == {"packed-no-prefix": "packed", "shared-kv": "shared_kv"}.get(layout, layout)
     ref_logp, ref_grads = _logp_and_grads(model, c, _plain)
-    got_logp, got_grads = _logp_and_grads(model, c, lambda m, c: _split(m, c, share)[0])
+    got_logp, got_grads = _logp_and_grads(model, c, lambda m, c: _gathered(m, c, share, pack))
     torch.testing.assert_close(got_logp, ref_logp, atol=1e-5, rtol=1e-5)
     assert ref_grads.keys() == got_grads.keys() and ref_grads
     for name, g in ref_grads.items():
@@ -122,27 +178,13 @@ def _merged(prompt: list[int], turns: list[tuple[list[int], list[int]]]) -> Samp
     return Sample(Timeline(blocks), "e", "t", 0.0, 1.0)
 
 
-def _gathered(model, c, share: bool):
-    plan = plan_forward(c, share_prefix=share)
-    logits, sel = trainable_logits(model, c, plan, cache_kwarg(model)), trainable_mask(c, plan)
-    targets = c.target_ids_BT[:, plan.start :][sel][None]
-    logp = scatter_rows(sel, token_logprobs(logits.float()[None], targets)[0])
-    return torch.nn.functional.pad(logp, (c.mask_BT.shape[1] - logp.shape[1], 0))
-
-
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
-@pytest.mark.parametrize("share", [True, False], ids=["shared-prefix", "targets-only"])
-def test_the_head_at_trainable_targets_only_gives_a_plain_forwards_logprobs_and_gradients(tiny, lora, share):
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_the_head_at_trainable_targets_only_gives_a_plain_forwards_logprobs_and_gradients(tiny, lora, layout):
     """Merged multi-turn rows (replies interleaved with environment turns) next to plain ones: the LM head
     runs on the gathered trainable positions only, and log-probs and every gradient match a plain forward."""
     model = copy.deepcopy(tiny.model)
-    if lora:
-        from peft import LoraConfig, get_peft_model
-
-        model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
-        for n, p in model.named_parameters():
-            if "lora_B" in n:
-                torch.nn.init.normal_(p, std=0.02)
+    model = _lora(model) if lora else model
     model.eval()
     assert head_parts(model) is not None  # the gathered path runs, not the contiguous fallback
     prompt = [1, 17, 300, 42, 9, 1000, 77]
@@ -154,21 +196,27 @@ def test_the_head_at_trainable_targets_only_gives_a_plain_forwards_logprobs_and_
     ]
     c = collate(rows, tiny.tokenizer.pad_token_id)
     ref_logp, ref_grads = _logp_and_grads(model, c, _plain)
-    got_logp, got_grads = _logp_and_grads(model, c, lambda m, c: _gathered(m, c, share))
+    got_logp, got_grads = _logp_and_grads(model, c, lambda m, c: _gathered(m, c, *LAYOUTS[layout]))
     torch.testing.assert_close(got_logp, ref_logp, atol=1e-5, rtol=1e-5)
     assert ref_grads.keys() == got_grads.keys() and ref_grads
     for name, g in ref_grads.items():
         torch.testing.assert_close(got_grads[name], g, atol=1e-5, rtol=1e-4, msg=name)
 
 
-def test_models_that_transform_their_logits_keep_the_contiguous_head(tiny):
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_models_that_transform_their_logits_keep_the_full_head_with_the_same_results(tiny, layout):
+    """A model whose config says its logits are transformed gets the model's own logits (no gathered head),
+    in every layout. The tiny model ignores the soft-capping setting, so a plain forward is the reference."""
     model = copy.deepcopy(tiny.model)
     model.config.final_logit_softcapping = 30.0
+    model.eval()
     assert head_parts(model) is None
-    c = collate([_merged([1, 2, 3], [([4, 5], [6]), ([7], [])])], tiny.tokenizer.pad_token_id)
-    plan = plan_forward(c)
-    logits = trainable_logits(model, c, plan, cache_kwarg(model))
-    assert logits.shape[0] == int(trainable_mask(c, plan).sum()) == 3
+    c = collate(_batch(), tiny.tokenizer.pad_token_id)
+    ref_logp, ref_grads = _logp_and_grads(model, c, _plain)
+    got_logp, got_grads = _logp_and_grads(model, c, lambda m, c: _gathered(m, c, *LAYOUTS[layout]))
+    torch.testing.assert_close(got_logp, ref_logp, atol=1e-5, rtol=1e-5)
+    for name, g in ref_grads.items():
+        torch.testing.assert_close(got_grads[name], g, atol=1e-5, rtol=1e-4, msg=name)
 
 
 def test_a_decoder_lookup_that_falls_back_to_the_model_keeps_the_contiguous_head(tiny):
