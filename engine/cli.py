@@ -31,7 +31,12 @@ def _load_config(args: argparse.Namespace) -> SwarmConfig:
         overrides["run_dir"] = str(args.run_dir)
     if getattr(args, "backend", None):
         overrides["backend"] = args.backend
-    return SwarmConfig.model_validate({**cfg.model_dump(), **overrides}) if overrides else cfg
+    if getattr(args, "ray_address", None):
+        overrides["verl"] = {**cfg.verl.model_dump(), "ray_address": args.ray_address}
+    out = SwarmConfig.model_validate({**cfg.model_dump(), **overrides}) if overrides else cfg
+    if getattr(args, "ray_address", None) and out.backend != "verl":
+        raise ConfigError(f"--ray-address is for backend verl (this config's backend is {out.backend!r}); add --backend verl")
+    return out
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
@@ -124,6 +129,10 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--run-dir", help="checkpoints, metrics and the pool journal; reuse it to resume")
     s.add_argument(
         "--backend", choices=["torch", "vllm", "verl"], help="override backend (vllm: one CUDA host; see docs/engine.md)"
+    )
+    s.add_argument(
+        "--ray-address",
+        help="backend verl: the Ray cluster to join ('auto' or the head's address); default: start one here",
     )
     s.add_argument("--host", default="127.0.0.1", help="bind address (default loopback only)")
     s.add_argument("--port", type=int, default=10086)

@@ -183,6 +183,11 @@ class VerlConfig(_Frozen):
     n_gpus_per_node: int = Field(1, ge=1, description="GPUs used on each node.")
     rollout_tensor_parallel_size: int = Field(1, ge=1, description="GPUs per vLLM replica (verl rollout TP).")
     gpu_memory_utilization: float = Field(0.5, gt=0, lt=1, description="vLLM's share of each GPU (colocated with FSDP).")
+    ray_address: str | None = Field(
+        None,
+        description="Ray cluster to join ('auto', or the head's host:port / ray:// address); None starts a "
+        "one-node cluster in the server's process. `swarm serve --ray-address` sets it.",
+    )
 
 
 class SwarmConfig(_Frozen):

@@ -81,6 +81,9 @@ def verl_overrides(cfg: SwarmConfig, *, model_path: str) -> dict[str, Any]:
     }
     if lora.enabled:  # field notes: verl's LoRA rollout needs safetensors loading; layered summon saves memory
         rollout.update(load_format="safetensors", layered_summon=True)
+        # The replicas are driven over their OpenAI HTTP API under the base model's name, so the adapter is
+        # merged into the weights verl syncs to vLLM (verl's `model.lora.merge`), never served as a LoRA.
+        model["lora"] = {"merge": True}
     return {
         "actor_rollout_ref": {
             "model": model,

@@ -4,7 +4,8 @@
 `from_dataproto` wrap them in verl's `DataProto.from_dict`. Each merged sample (one timeline, its
 episode's advantage and loss weight) becomes one row, split where verl splits an agent-loop output:
 
-- prompt: the tokens before the sample's first trainable token, left-padded to P (`prompts`);
+- prompt: the tokens before the sample's first trainable token (at least the first token), left-padded
+  to P (`prompts`);
 - response: everything from there on, right-padded to R (`responses`). Later environment or user turns
   of a multi-turn timeline stay in the response with response_mask 0, which is how verl's agent loops
   lay out multi-turn rollouts;
@@ -39,9 +40,15 @@ __all__ = ["from_dataproto", "pack_samples", "to_dataproto", "unpack_samples"]
 
 
 def _split(s: Sample) -> int:
-    """Index of the first trainable token (the prompt/response boundary); n_tokens when there is none."""
+    """Index of the first trainable token (the prompt/response boundary); n_tokens when there is none.
+
+    Never 0 for a non-empty timeline: a causal LM has nothing that predicts the first token (it is no
+    target in the torch trainer either), and verl reads each response token's log-prob from the position
+    before it, so every row keeps at least one prompt token.
+    """
     mask = s.timeline.loss_mask
-    return next((i for i, m in enumerate(mask) if m), len(mask))
+    first = next((i for i, m in enumerate(mask) if m), len(mask))
+    return max(first, min(1, len(mask)))
 
 
 def pack_samples(samples: list[Sample], pad_id: int) -> tuple[dict[str, torch.Tensor], dict[str, np.ndarray]]:
