@@ -1,4 +1,5 @@
-"""Our engine vs TRL's GRPOTrainer, side by side in one process, interleaved step by step, on CPU.
+"""Our engine vs TRL's GRPOTrainer vs a bare torch loop, side by side in one process, interleaved step by
+step, on CPU.
 
 Both sides train the same model (`smollm2-135m`, the plain HF directory our model cache holds) on the same
 arithmetic prompts (engine.tasks.arithmetic, same seed, same order, chat format) with the same group size G,
@@ -14,15 +15,21 @@ clip 1.0), loss family and reward function (`Arithmetic.reward`), for the same n
   optimizer step = one generation of B prompts x G completions followed by B*G/micro forward/backward passes,
   exactly like ours.
 
-Interleaving: the machine is shared, so load changes over minutes. Both trainers are alive at once and a
-baton alternates them step by step (ours step 1, TRL step 1, ours step 2, ...); only the holder computes,
-the other waits on a lock. Our side is timed around `run_episodes` + `wait_for_step` inside `train()`
+- bare: a hand-written loop in this process (`run_bare`): HF `generate` with its KV cache, rewards, GRPO
+  advantages, B*G/--micro forward/backward passes over the padded sequences (logits for the completion
+  only), the same clipped token-mean loss over the whole batch, grad clip, AdamW. No server, HTTP or
+  tracking: the floor both frameworks are measured against, phase by phase.
+
+Interleaving: the machine is shared, so load changes over minutes. All three are alive at once and a
+baton passes in a cycle step by step (ours step 1, TRL step 1, bare step 1, ours step 2, ...); only the
+holder computes, the others wait on a lock. Our side is timed around `run_episodes` + `wait_for_step` inside `train()`
 (module attributes wrapped for timing and the baton only); TRL's from `on_step_begin` to `on_step_end`
 (its generation happens inside the step). Step 1 of each side is reported separately (warm-up).
 
 Breakdown: ours = client-side episode time (generation over HTTP) + the server's `train_time_s`
-(metrics.jsonl) + the rest (pool drain, state changes, 0.2 s status polling); TRL = `_generate_and_score_
-completions` (generation + reward) + the rest (forward/backward/optimizer).
+(metrics.jsonl, split into forward, backward and optimizer) + the rest (pool drain, state changes, 0.2 s
+status polling); TRL = `_generate_and_score_completions` (generation + reward) + the rest
+(forward/backward/optimizer); bare = generation, forward, backward, optimizer, each timed.
 
 CPU seconds per step (psutil, all threads): ours = the server process + this process (HTTP client) during
 our step; TRL = this process during its step (our side is parked meanwhile). On a machine shared with other
@@ -66,32 +73,42 @@ from engine.tasks.arithmetic import Arithmetic  # noqa: E402
 from engine.tasks.base import Item  # noqa: E402
 
 
-class Baton:
-    """Two players take turns; a finished (or crashed) player never blocks the other."""
+SIDES = ("ours", "trl", "bare")
 
-    def __init__(self, first: str, players: tuple[str, str]) -> None:
-        self.turn = first
+
+class Baton:
+    """Players take turns in a fixed cycle; a finished (or crashed) player leaves the cycle and never blocks
+    the others."""
+
+    def __init__(self, players: tuple[str, ...]) -> None:
         self.players = players
+        self.turn = players[0]
         self.done: set[str] = set()
         self.cond = threading.Condition()
 
     def acquire(self, me: str) -> None:
         with self.cond:
-            self.cond.wait_for(lambda: self.turn == me or self._other(me) in self.done)
+            self.cond.wait_for(lambda: self.turn == me)
 
     def release(self, me: str) -> None:
         with self.cond:
-            self.turn = self._other(me)
+            self.turn = self._next(me)
             self.cond.notify_all()
 
     def finish(self, me: str) -> None:
         with self.cond:
             self.done.add(me)
-            self.turn = self._other(me)
+            if self.turn == me:
+                self.turn = self._next(me)
             self.cond.notify_all()
 
-    def _other(self, me: str) -> str:
-        return self.players[1] if me == self.players[0] else self.players[0]
+    def _next(self, me: str) -> str:
+        i = self.players.index(me)
+        for k in range(1, len(self.players) + 1):
+            p = self.players[(i + k) % len(self.players)]
+            if p not in self.done:
+                return p
+        return me
 
 
 def load1() -> float:
@@ -353,10 +370,121 @@ def run_trl(trainer, baton: Baton | None, out: dict) -> None:
             baton.finish("trl")
 
 
+# -- bare torch loop ---------------------------------------------------------------------------------
+def run_bare(args, items: list[Item], model_dir: Path, baton: Baton | None, out: dict) -> None:
+    """The same work as a hand-written loop in this process: HF `generate` (KV cache) for B prompts x G
+    samples, rewards, GRPO advantages, then B*G/micro forward/backward passes of the padded sequences with
+    the clipped token-mean loss over the whole batch, grad clip 1.0, AdamW. No server, no HTTP, no
+    tracking: the floor a framework's step is measured against."""
+    import psutil
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    steps: list[dict] = []
+    out["steps"] = steps
+    me = psutil.Process()
+    try:
+        torch.manual_seed(args.seed)
+        tok = AutoTokenizer.from_pretrained(model_dir)
+        tok.padding_side = "left"
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        model.eval()  # no dropout, as on the other two sides
+        opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
+        B, G, eps = args.prompts, args.group, 0.2
+        for k in range(args.steps):
+            if baton:
+                baton.acquire("bare")
+            load, cpu0, t0 = load1(), cpu_seconds(me), time.perf_counter()
+            batch = items[k * B : (k + 1) * B]
+            texts = [
+                tok.apply_chat_template(
+                    [{"role": "user", "content": it.prompt}], tokenize=False, add_generation_prompt=True
+                )
+                for it in batch
+            ]
+            enc = tok(texts, return_tensors="pt", padding=True)
+            with torch.no_grad():
+                seqs = model.generate(
+                    **enc,
+                    do_sample=True,
+                    temperature=args.temperature,
+                    top_p=1.0,
+                    top_k=0,
+                    max_new_tokens=args.max_tokens,
+                    num_return_sequences=G,
+                    pad_token_id=tok.pad_token_id,
+                )
+            P = enc.input_ids.shape[1]
+            comp = seqs[:, P:]
+            # a completion's tokens up to and including its first end-of-sequence
+            ended = (comp == tok.eos_token_id).int().cumsum(1)
+            cmask = ((ended == 0) | ((ended == 1) & (comp == tok.eos_token_id))).float()
+            replies = tok.batch_decode(
+                comp * cmask.long() + tok.pad_token_id * (1 - cmask.long()), skip_special_tokens=True
+            )
+            rewards = torch.tensor(
+                [Arithmetic.reward(r, batch[i // G]) for i, r in enumerate(replies)], dtype=torch.float32
+            ).view(B, G)
+            adv = ((rewards - rewards.mean(1, keepdim=True)) / (rewards.std(1, keepdim=True) + 1e-6)).view(-1)
+            attn = torch.cat([enc.attention_mask.repeat_interleave(G, 0), cmask.long()], dim=1)
+            pos = (attn.cumsum(1) - 1).clamp(min=0)  # left padding: positions as generate used them
+            gen_s = time.perf_counter() - t0
+            n_tok = cmask.sum()
+            fwd = bwd = 0.0
+            for m in range(0, B * G, args.micro):
+                sl = slice(m, m + args.micro)
+                t = time.perf_counter()
+                logits = model(
+                    input_ids=seqs[sl],
+                    attention_mask=attn[sl],
+                    position_ids=pos[sl],
+                    logits_to_keep=comp.shape[1] + 1,
+                ).logits[:, :-1]
+                logp = torch.log_softmax(logits.float(), -1).gather(-1, comp[sl, :, None])[..., 0]
+                ratio = torch.exp(
+                    logp - logp.detach()
+                )  # one PPO epoch: old = current, as on both other sides
+                a = adv[sl, None]
+                per_tok = -torch.minimum(ratio * a, ratio.clamp(1 - eps, 1 + eps) * a)
+                loss = (per_tok * cmask[sl]).sum() / n_tok
+                t2 = time.perf_counter()
+                loss.backward()
+                fwd, bwd = fwd + t2 - t, bwd + time.perf_counter() - t2
+            t = time.perf_counter()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            opt_s = time.perf_counter() - t
+            steps.append(
+                {
+                    "step": k + 1,
+                    "step_s": time.perf_counter() - t0,
+                    "gen_s": gen_s,
+                    "train_forward_s": fwd,
+                    "train_backward_s": bwd,
+                    "train_optimizer_s": opt_s,
+                    "train_time_s": fwd + bwd + opt_s,
+                    "cpu_s": cpu_seconds(me) - cpu0,
+                    "load1": load,
+                    "reward": float(rewards.mean()),
+                    "completion_tokens": int(n_tok),
+                    "item_ids": sorted(it.id for it in batch),
+                }
+            )
+            if baton:
+                baton.release("bare")
+    except Exception:  # noqa: BLE001 - report, and let the other sides finish
+        out["error"] = traceback.format_exc()
+        print(out["error"], file=sys.stderr)
+    finally:
+        if baton:
+            baton.finish("bare")
+
+
 # -- report ------------------------------------------------------------------------------------------
-def step_ratios(ours: dict, trl: dict, key: str) -> dict:
-    """TRL/ours per steady step k (step 1 is warm-up), paired by step: median and spread."""
-    pairs = zip(ours.get("steps", [])[1:], trl.get("steps", [])[1:], strict=False)
+def step_ratios(base: dict, other: dict, key: str) -> dict:
+    """other/base per steady step k (step 1 is warm-up), paired by step: median and spread."""
+    pairs = zip(base.get("steps", [])[1:], other.get("steps", [])[1:], strict=False)
     return spread([t[key] / o[key] for o, t in pairs if o.get(key) and t.get(key)])
 
 
@@ -399,19 +527,19 @@ def plot(result: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
-    for name, color in (("ours", "tab:blue"), ("trl", "tab:orange")):
+    names = [n for n in SIDES if n in result["summary"]]
+    for name, color in zip(names, ("tab:blue", "tab:orange", "tab:gray"), strict=False):
         curve = result["summary"][name]["reward_curve"]
         ax1.plot(range(1, len(curve) + 1), curve, marker="o", color=color, label=name)
     ax1.set_xlabel("training step")
     ax1.set_ylabel("mean reward of the step's batch")
     ax1.set_title("reward per step (arithmetic, smollm2-135m)")
     ax1.legend()
-    names = ["ours", "trl"]
     gen = [result["summary"][n]["steady_mean_gen_s"] or 0 for n in names]
     tot = [result["summary"][n]["steady_mean_step_s"] or 0 for n in names]
     cpu = [result["summary"][n].get("steady_mean_cpu_s") or 0 for n in names]
     rest = [t - g for t, g in zip(tot, gen, strict=True)]
-    x = [0, 1]
+    x = list(range(len(names)))
     w = 0.38
     ax2.bar([i - w / 2 for i in x], gen, w, color="tab:green", label="wall: generation (+reward)")
     ax2.bar([i - w / 2 for i in x], rest, w, bottom=gen, color="tab:red", label="wall: update + overhead")
@@ -470,25 +598,31 @@ def main() -> int:
 
     model_dir = resolve_model_dir(args.model)
     items = Arithmetic().dataset(args.prompts * args.steps, seed=args.seed)
-    baton = Baton("ours", ("ours", "trl")) if args.order == "interleaved" else None
+    baton = Baton(SIDES) if args.order == "interleaved" else None
     ours: dict = {}
     trl: dict = {}
+    bare: dict = {}
     t_start = time.time()
     load_before = loadavg()
     trainer = build_trl(args, items, model_dir, work, baton, trl)
     if baton:
-        th = threading.Thread(target=run_ours, args=(args, items, work / "ours", baton, ours), daemon=True)
-        th.start()
+        threads = [
+            threading.Thread(target=run_ours, args=(args, items, work / "ours", baton, ours), daemon=True),
+            threading.Thread(target=run_bare, args=(args, items, model_dir, baton, bare), daemon=True),
+        ]
+        for th in threads:
+            th.start()
         run_trl(trainer, baton, trl)
-        th.join()
+        for th in threads:
+            th.join()
     else:
         run_ours(args, items, work / "ours", None, ours)
         run_trl(trainer, None, trl)
+        run_bare(args, items, model_dir, None, bare)
 
-    same_prompts = [s.get("item_ids") for s in ours.get("steps", [])] == [
-        s.get("item_ids") for s in trl.get("steps", [])
-    ]
-    summary = {"ours": summarise(ours), "trl": summarise(trl)}
+    item_ids = [[s.get("item_ids") for s in side.get("steps", [])] for side in (ours, trl, bare)]
+    same_prompts = item_ids[0] == item_ids[1] == item_ids[2]
+    summary = {"ours": summarise(ours), "trl": summarise(trl), "bare": summarise(bare)}
     o, t = summary["ours"]["steady_mean_step_s"], summary["trl"]["steady_mean_step_s"]
     result = {
         "command": "python " + " ".join([sys.argv[0], *sys.argv[1:]]),
@@ -503,6 +637,9 @@ def main() -> int:
         # each steady step is one interleaved repeat (ours step k, then TRL step k): the ratio's spread
         "step_ratio_trl_over_ours": step_ratios(ours, trl, "step_s"),
         "step_cpu_ratio_trl_over_ours": step_ratios(ours, trl, "cpu_s"),
+        # the hand-written loop as the floor: how far each framework's step is above it
+        "step_ratio_ours_over_bare": step_ratios(bare, ours, "step_s"),
+        "step_ratio_trl_over_bare": step_ratios(bare, trl, "step_s"),
         "cpu_ratio_trl_over_ours": (
             summary["trl"]["steady_mean_cpu_s"] / summary["ours"]["steady_mean_cpu_s"]
         )
@@ -511,6 +648,7 @@ def main() -> int:
         "summary": summary,
         "ours": ours,
         "trl": trl,
+        "bare": bare,
     }
     (out_dir / f"{args.name}.json").write_text(json.dumps(result, indent=2, default=str))
     if o and t:
@@ -521,6 +659,8 @@ def main() -> int:
                 "ratio_trl_over_ours": result["ratio_trl_over_ours"],
                 "step_ratio_trl_over_ours": fmt_spread(result["step_ratio_trl_over_ours"]),
                 "step_cpu_ratio_trl_over_ours": fmt_spread(result["step_cpu_ratio_trl_over_ours"]),
+                "step_ratio_ours_over_bare": fmt_spread(result["step_ratio_ours_over_bare"]),
+                "step_ratio_trl_over_bare": fmt_spread(result["step_ratio_trl_over_bare"]),
                 "cpu_ratio_trl_over_ours": result["cpu_ratio_trl_over_ours"],
                 "same_prompts": same_prompts,
                 "summary": summary,
@@ -532,11 +672,13 @@ def main() -> int:
         "\n| side | first step s | steady s/step (mean) | median | generation s | update s | CPU s/step | mean load1 |"
     )
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    for name in ("ours", "trl"):
+    for name in SIDES:
         s = summary[name]
+        if s["first_step_s"] is None:
+            continue
         upd = (
             s["steady_mean_train_time_s"]
-            if name == "ours"
+            if name != "trl"
             else ((s["steady_mean_step_s"] or 0) - (s["steady_mean_gen_s"] or 0))
         )
         print(
@@ -544,7 +686,7 @@ def main() -> int:
             f"{s['steady_mean_gen_s']:.1f} | {upd:.1f} | {s['steady_mean_cpu_s'] or float('nan'):.1f} | "
             f"{s['steady_mean_load1']:.1f} |"
         )
-    return 0 if "error" not in ours and "error" not in trl else 1
+    return 0 if all("error" not in side for side in (ours, trl, bare)) else 1
 
 
 if __name__ == "__main__":
