@@ -81,7 +81,7 @@ from engine.types import EpisodeResult
 
 log = logging.getLogger("swarm.backend.verl")
 
-__all__ = ["VerlBackend", "resume_point"]
+__all__ = ["VerlBackend", "publish_checkpoint", "resume_point"]
 
 
 def resume_point(cfg: SwarmConfig) -> tuple[int, Path | None]:
@@ -104,6 +104,24 @@ def resume_point(cfg: SwarmConfig) -> tuple[int, Path | None]:
         # (On a cluster the shards may live on other nodes' disks; verl's load reports what is missing.)
         raise ConfigError(f"{ckpt} names verl checkpoint {verl_dir / 'actor'}, which does not exist")
     return int(state["global_step"]), verl_dir
+
+
+def publish_checkpoint(cfg: SwarmConfig, step: int) -> Path:
+    """Make verl's checkpoint of `step` (already written under `verl_step_dir`) the run's newest complete
+    one: the swarm pointer names it (atomically, `commit_checkpoint`), then verl directories no kept
+    pointer names are removed. Returns the swarm checkpoint directory."""
+    verl_dir = verl_step_dir(cfg.run_dir, step)
+    ckpt = commit_checkpoint(
+        cfg.run_dir,
+        step,
+        lambda tmp: None,  # the state is verl's, under verl_dir; the pointer is what makes it complete
+        {"backend": "verl", "verl_dir": str(verl_dir), "model": cfg.model.name, "lora": cfg.lora.enabled},
+    )
+    root = Path(cfg.run_dir) / "verl"
+    kept = [int(p.name.split("-")[1]) for p in checkpoints_dir(cfg.run_dir).glob("step-*") if p.is_dir()]
+    for name in stale_verl_dirs(os.listdir(root) if root.is_dir() else [], kept):
+        shutil.rmtree(root / name, ignore_errors=True)
+    return ckpt
 
 
 def _load_tokenizer(model_dir: Path) -> tuple[Any, list[int], int | None]:
@@ -143,6 +161,10 @@ class VerlBackend:
         # Configuration mistakes are reported first (the translation's and verl's own checks), then what
         # this process lacks, before Ray starts anything.
         self.verl_config = compose_verl_config(cfg, model_path=str(self.model_dir))
+        from omegaconf import OmegaConf
+
+        # As verl's launcher does: the workers get plain values, not interpolations.
+        OmegaConf.resolve(self.verl_config)
         problem = preflight(
             cfg, has_vllm=importlib.util.find_spec("vllm") is not None, has_cuda=torch.cuda.is_available()
         )
@@ -337,19 +359,7 @@ class VerlBackend:
         step = self.global_step
         if self._saved_step != step or self.cfg.run_dir is None:
             return False
-        verl_dir = verl_step_dir(self.cfg.run_dir, step)
-        commit_checkpoint(
-            self.cfg.run_dir,
-            step,
-            lambda tmp: None,  # the state is verl's, under verl_dir; the pointer is what makes it complete
-            {
-                "backend": "verl",
-                "verl_dir": str(verl_dir),
-                "model": self.cfg.model.name,
-                "lora": self.cfg.lora.enabled,
-            },
-        )
-        self._prune_verl_dirs()
+        publish_checkpoint(self.cfg, step)
         return True
 
     def close(self) -> None:
@@ -391,16 +401,6 @@ class VerlBackend:
     def _save_verl(self, step: int) -> None:
         path = verl_step_dir(self.cfg.run_dir, step) / "actor"
         self.wg.save_checkpoint(str(path), None, step, max_ckpt_to_keep=2)
-
-    def _prune_verl_dirs(self) -> None:
-        root = Path(self.cfg.run_dir) / "verl"
-        if not root.is_dir():
-            return
-        kept = [
-            int(p.name.split("-")[1]) for p in checkpoints_dir(self.cfg.run_dir).glob("step-*") if p.is_dir()
-        ]
-        for name in stale_verl_dirs(os.listdir(root), kept):
-            shutil.rmtree(root / name, ignore_errors=True)
 
     def _resync_after_failure(self, error: BaseException) -> None:
         """After a failed sleep or update: bring the replicas back with whatever weights the actor holds now

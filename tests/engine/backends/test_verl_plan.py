@@ -267,6 +267,21 @@ def test_resume_point_takes_only_verls_own_checkpoints(tmp_path):
     assert resume_point(cfg) == (5, vdir)
 
 
+def test_published_checkpoints_resume_from_the_newest_and_keep_verls_dirs_in_step(tmp_path):
+    from engine.backends.verl.backend import publish_checkpoint, resume_point
+
+    cfg = _cfg(run_dir=str(tmp_path), training={"checkpoint_every": 1})
+    for step in (1, 2, 3):
+        (verl_step_dir(tmp_path, step) / "actor").mkdir(parents=True)  # what verl's save_checkpoint wrote
+        publish_checkpoint(cfg, step)
+    (verl_step_dir(tmp_path, 4) / "actor").mkdir(parents=True)  # saved, then the process died: never published
+    assert resume_point(cfg) == (3, verl_step_dir(tmp_path, 3))
+    assert sorted(p.name for p in (tmp_path / "verl").iterdir()) == ["global_step_2", "global_step_3", "global_step_4"]
+    (verl_step_dir(tmp_path, 5) / "actor").mkdir(parents=True)
+    publish_checkpoint(cfg, 5)  # the leftover of the lost step goes with the stale ones
+    assert sorted(p.name for p in (tmp_path / "verl").iterdir()) == ["global_step_3", "global_step_5"]
+
+
 # -- the replica router -------------------------------------------------------------------------------
 
 
