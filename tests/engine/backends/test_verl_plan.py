@@ -368,3 +368,21 @@ def test_swarm_serve_ray_address_sets_the_one_config_field(tmp_path):
     saved = tmp_path / "c.yaml"
     saved.write_text(cfg.to_yaml())
     assert json.loads(SwarmConfig.from_yaml(saved).model_dump_json())["verl"]["ray_address"] == "10.1.2.3:6379"
+
+
+# -- benchmarks/gpu_smoke.py's verl weights check -----------------------------------------------------
+
+
+def test_gpu_smoke_compares_the_two_newest_verl_shards(tmp_path):
+    from tests_support import load_benchmark
+
+    smoke = load_benchmark("gpu_smoke")
+    for step, payload in ((1, b"a"), (2, b"b"), (10, b"b")):
+        actor = verl_step_dir(tmp_path, step) / "actor"
+        actor.mkdir(parents=True)
+        (actor / "model_world_size_1_rank_0.pt").write_bytes(payload)
+    assert not smoke._verl_weights_changed(tmp_path)  # steps 2 and 10 (numeric order), same bytes
+    (verl_step_dir(tmp_path, 10) / "actor" / "model_world_size_1_rank_0.pt").write_bytes(b"c")
+    assert smoke._verl_weights_changed(tmp_path)
+    with pytest.raises(AssertionError, match="fewer than two"):
+        smoke._verl_weights_changed(tmp_path / "nothing")
