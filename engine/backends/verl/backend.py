@@ -166,7 +166,10 @@ class VerlBackend:
         # As verl's launcher does: the workers get plain values, not interpolations.
         OmegaConf.resolve(self.verl_config)
         problem = preflight(
-            cfg, has_vllm=importlib.util.find_spec("vllm") is not None, has_cuda=torch.cuda.is_available()
+            cfg,
+            has_vllm=importlib.util.find_spec("vllm") is not None,
+            has_cuda=torch.cuda.is_available(),
+            has_flash_attn=importlib.util.find_spec("flash_attn") is not None,
         )
         if problem:
             raise ConfigError(problem)

@@ -84,19 +84,29 @@ def ray_init_kwargs(cfg: SwarmConfig, environ: Mapping[str, str]) -> dict[str, A
 GPU_INSTALL = "pip install -e '.[gpu]'"
 
 
-def preflight(cfg: SwarmConfig, *, has_vllm: bool, has_cuda: bool) -> str | None:
+def preflight(cfg: SwarmConfig, *, has_vllm: bool, has_cuda: bool, has_flash_attn: bool) -> str | None:
     """What this process lacks to drive verl (a message naming the fix), checked before Ray starts; None
     when nothing. The driver needs vLLM importable (verl builds its rollout replica classes there); it
-    needs a GPU of its own only when it starts the cluster itself (no `verl.ray_address`)."""
+    needs a GPU, and FlashAttention-2 for verl's FSDP actor (verl's default attention for its unpadded
+    batches), only when it starts the cluster itself (no `verl.ray_address`): on a joined cluster those
+    are the GPU nodes' business."""
     if not has_vllm:
         return (
             "backend 'verl' serves rollouts from verl's vLLM replicas, and vLLM is not installed here; on a CUDA "
             f"machine run `{GPU_INSTALL}` (on every node of the Ray cluster), or use backend: torch"
         )
-    if not has_cuda and not cfg.verl.ray_address:
+    if cfg.verl.ray_address:
+        return None
+    if not has_cuda:
         return (
             "backend 'verl' needs CUDA GPUs and this machine has none (torch.cuda.is_available() is False); "
             "join a GPU Ray cluster with --ray-address (verl.ray_address), or use backend: torch here"
+        )
+    if not has_flash_attn:
+        return (
+            "backend 'verl' trains with verl's FSDP actor, which runs FlashAttention-2 on unpadded batches, and "
+            "flash_attn is not installed here; run `pip install flash-attn --no-build-isolation` (the build "
+            "matching this torch), or use backend: vllm on one GPU"
         )
     return None
 

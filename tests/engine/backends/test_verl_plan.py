@@ -74,13 +74,17 @@ def test_gpu_shortfall_names_the_numbers_and_the_fields():
 
 def test_preflight_says_what_is_missing_before_ray_starts():
     cfg = _cfg()
-    assert "vLLM is not installed" in preflight(cfg, has_vllm=False, has_cuda=True)
-    assert "pip install -e '.[gpu]'" in preflight(cfg, has_vllm=False, has_cuda=True)
-    msg = preflight(cfg, has_vllm=True, has_cuda=False)
+    ok = {"has_vllm": True, "has_cuda": True, "has_flash_attn": True}
+    assert "vLLM is not installed" in preflight(cfg, **{**ok, "has_vllm": False})
+    assert "pip install -e '.[gpu]'" in preflight(cfg, **{**ok, "has_vllm": False})
+    msg = preflight(cfg, **{**ok, "has_cuda": False})
     assert "needs CUDA GPUs" in msg and "--ray-address" in msg and "backend: torch" in msg
-    # A CPU-only head node may drive a GPU cluster it joins.
-    assert preflight(_cfg(verl={"ray_address": "auto"}), has_vllm=True, has_cuda=False) is None
-    assert preflight(cfg, has_vllm=True, has_cuda=True) is None
+    assert "pip install flash-attn" in preflight(cfg, **{**ok, "has_flash_attn": False})
+    # A CPU-only head node may drive a GPU cluster it joins (the GPU nodes run the actor).
+    joined = _cfg(verl={"ray_address": "auto"})
+    assert preflight(joined, has_vllm=True, has_cuda=False, has_flash_attn=False) is None
+    assert "vLLM" in preflight(joined, has_vllm=False, has_cuda=False, has_flash_attn=False)
+    assert preflight(cfg, **ok) is None
 
 
 @pytest.mark.parametrize(
