@@ -40,6 +40,17 @@ def _logp(ids: torch.Tensor, pos: torch.Tensor, W: torch.Tensor) -> torch.Tensor
     return -torch.nn.functional.softplus(W[ids] + 0.01 * pos.to(W.dtype))
 
 
+def _entropy(ids: torch.Tensor, pos: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
+    """The stand-in model's entropy of its next-token distribution at each position."""
+    return torch.sigmoid(W[ids] - 0.02 * pos.to(W.dtype)) * 2.0
+
+
+def _ref(t: dict, W: torch.Tensor) -> torch.Tensor:
+    """Reference log-probs (B, R) of a packed batch: the stand-in model at other weights, no grad."""
+    P, R = t["prompts"].shape[1], t["responses"].shape[1]
+    return _logp(t["input_ids"], t["position_ids"], W.detach() * 0.5)[:, P - 1 : P - 1 + R]
+
+
 def _samples(weights: list[float]) -> list[Sample]:
     g = torch.Generator().manual_seed(0)
     out = []
@@ -59,15 +70,17 @@ def _ours(samples: list[Sample], cfg: SwarmConfig, W: torch.Tensor) -> torch.Ten
     t, _ = pack_samples(samples, 0)
     P = t["prompts"].shape[1]
     R = t["responses"].shape[1]
-    value = _logp(t["input_ids"], t["position_ids"], W)
-    logp = value[:, P - 1 : P - 1 + R]  # the response token j is predicted at the column before it
-    loss, _ = get_policy_loss(cfg.algorithm.policy_loss)(
-        logp_BT=logp,
+    cols = slice(P - 1, P - 1 + R)  # the response token j is predicted at the column before it
+    a = cfg.algorithm
+    loss, _ = get_policy_loss(a.policy_loss)(
+        logp_BT=_logp(t["input_ids"], t["position_ids"], W)[:, cols],
         old_logp_BT=t["old_log_probs"],
         advantages_B=torch.tensor([s.advantage for s in samples]),
         mask_BT=t["response_mask"].float(),
         weights_B=torch.tensor([s.weight for s in samples]),
         cfg=loss_config(cfg),
+        ref_logp_BT=_ref(t, W) if a.kl_coef > 0 else None,
+        entropy_BT=_entropy(t["input_ids"], t["position_ids"], W)[:, cols] if a.entropy_coef > 0 else None,
     )
     return loss
 
@@ -75,6 +88,8 @@ def _ours(samples: list[Sample], cfg: SwarmConfig, W: torch.Tensor) -> torch.Ten
 def _through_verl(ub, actor, dp: int, W: torch.Tensor) -> torch.Tensor:
     """`VerlBackend._update`'s conversion, then verl's worker up to its loss call."""
     data = DataProto.from_dict(tensors=ub.tensors, non_tensors=ub.non_tensors, meta_info=dict(ub.meta))
+    if actor.use_kl_loss:  # where VerlBackend._update puts the reference log-probs
+        data.batch["ref_log_prob"] = _ref(ub.tensors, W)
     td = left_right_2_no_padding(data.to_tensordict())
     assert td["temperature"] == 1.0 and td["compute_loss"] is True
     ranks = tu.chunk_tensordict(td, dp)  # the nd-compute dispatch's even split over data-parallel ranks
@@ -86,30 +101,42 @@ def _through_verl(ub, actor, dp: int, W: torch.Tensor) -> torch.Tensor:
         micros, _ = prepare_micro_batches(data=r, dp_group=None, same_micro_num_in_dp=True)
         assert len(micros) * r["micro_batch_size_per_gpu"] == len(r)
         for m in micros:
-            values = _logp(m["input_ids"].values(), m["position_ids"].values(), W)
-            loss, metrics = ppo_loss(actor, {"log_probs": values}, m)
+            ids, pos = m["input_ids"].values(), m["position_ids"].values()
+            out = {"log_probs": _logp(ids, pos, W)}
+            if m["calculate_entropy"]:
+                out["entropy"] = _entropy(ids, pos, W)
+            loss, metrics = ppo_loss(actor, out, m)
             assert "actor/swarm_pg_loss" in metrics
             total = total + loss
     return total / dp  # FSDP averages the ranks' gradients
 
 
+UNEQUAL = [1.0, 0.5, 0.5, 1.0, 0.25, 0.25, 0.25]
+
+
 @pytest.mark.parametrize(
-    ("policy_loss", "agg", "dp", "micro", "weights"),
+    ("policy_loss", "agg", "dp", "micro", "weights", "extra"),
     [
-        ("ppo_clip", "token_mean", 2, 2, [1.0] * 7),
-        ("ppo_clip", "seq_mean_token_mean", 2, 1, [1.0] * 7),
-        ("gspo", "seq_mean_token_mean", 3, 2, [1.0] * 7),
-        ("dapo", "token_mean", 4, 1, [1.0] * 7),
+        ("ppo_clip", "token_mean", 2, 2, [1.0] * 7, {}),
+        ("ppo_clip", "seq_mean_token_mean", 2, 1, [1.0] * 7, {}),
+        ("gspo", "seq_mean_token_mean", 3, 2, [1.0] * 7, {}),
+        ("dapo", "token_mean", 4, 1, [1.0] * 7, {}),
         # Unequal weights (merged episodes): exact with one micro-batch per rank (see register's docstring).
-        ("ppo_clip", "token_mean", 1, 8, [1.0, 0.5, 0.5, 1.0, 0.25, 0.25, 0.25]),
-        ("ppo_clip", "seq_mean_token_mean", 1, 8, [1.0, 0.5, 0.5, 1.0, 0.25, 0.25, 0.25]),
+        ("ppo_clip", "token_mean", 1, 8, UNEQUAL, {}),
+        ("ppo_clip", "seq_mean_token_mean", 1, 8, UNEQUAL, {}),
+        # verl adds the KL (to the reference log-probs the backend puts in the batch) and entropy terms
+        # itself, unweighted: equal to ours with equal weights.
+        ("ppo_clip", "token_mean", 2, 2, [1.0] * 7, {"kl_coef": 0.1, "kl_estimator": "k3", "entropy_coef": 0.01}),
+        ("ppo_clip", "seq_mean_token_mean", 2, 1, [1.0] * 7, {"kl_coef": 0.05, "kl_estimator": "k1"}),
     ],
 )
-def test_each_update_actor_call_trains_the_projects_loss_on_its_mini_batch(tmp_path, policy_loss, agg, dp, micro, weights):
+def test_each_update_actor_call_trains_the_projects_loss_on_its_mini_batch(
+    tmp_path, policy_loss, agg, dp, micro, weights, extra
+):
     cfg = SwarmConfig.model_validate(
         {
             "backend": "verl",
-            "algorithm": {"policy_loss": policy_loss, "agg": agg},
+            "algorithm": {"policy_loss": policy_loss, "agg": agg, **extra},
             "pool": {"group_size": 2},
             "training": {"mini_batch_size": 4 if micro < 8 else 8, "micro_batch_size": micro},
         }
