@@ -63,3 +63,40 @@ def test_every_ray_worker_of_the_job_registers_the_swarm_losses():
         ray.shutdown()
     assert hooked
     assert names == ["swarm_dapo", "swarm_gspo", "swarm_nll", "swarm_ppo_clip"]
+
+
+def test_every_verl_api_the_backend_drives_exists_with_the_arguments_it_passes():
+    """A verl upgrade that renames or reshapes one of these fails here, on CPU, instead of on a cluster."""
+    import dataclasses
+    import inspect
+
+    from verl.checkpoint_engine import CheckpointEngineManager
+    from verl.single_controller.ray import (
+        RayClassWithInitArgs,
+        RayWorkerGroup,
+        ResourcePoolManager,
+        create_colocated_worker_cls,  # noqa: F401
+    )
+    from verl.trainer.ppo.utils import Role
+    from verl.utils.metric import reduce_metrics  # noqa: F401
+    from verl.workers.engine_workers import ActorRolloutRefWorker
+    from verl.workers.rollout.llm_server import LLMServerManager
+    from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding  # noqa: F401
+
+    def params(fn) -> list[str]:
+        return list(inspect.signature(inspect.unwrap(fn)).parameters)
+
+    assert str(Role.ActorRollout) == "actor_rollout" and str(Role.ActorRolloutRef) == "actor_rollout_ref"
+    assert {f.name for f in dataclasses.fields(ResourcePoolManager)} >= {"resource_pool_spec", "mapping"}
+    assert {"config", "role"} <= set(params(ActorRolloutRefWorker.__init__))
+    for method in ("init_model", "update_actor", "compute_log_prob", "compute_ref_log_prob"):
+        assert callable(getattr(ActorRolloutRefWorker, method)), method
+    assert params(ActorRolloutRefWorker.save_checkpoint)[:5] == ["self", "local_path", "hdfs_path", "global_step", "max_ckpt_to_keep"]
+    assert params(ActorRolloutRefWorker.load_checkpoint)[:4] == ["self", "local_path", "hdfs_path", "del_local_after_load"]
+    assert {"resource_pool", "ray_cls_with_init"} <= set(params(RayWorkerGroup.__init__))
+    assert callable(RayWorkerGroup.spawn) and {"cls"} <= set(params(RayClassWithInitArgs.__init__))
+    assert {"config", "worker_group", "rollout_resource_pool"} <= set(params(LLMServerManager.__init__))
+    assert callable(LLMServerManager.create) and callable(LLMServerManager.get_replicas)
+    assert params(CheckpointEngineManager.__init__) == ["self", "config", "actor_wg", "replicas"]
+    assert params(CheckpointEngineManager.update_weights) == ["self", "global_steps"]
+    assert callable(CheckpointEngineManager.sleep_replicas)
