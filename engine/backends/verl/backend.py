@@ -81,7 +81,14 @@ from engine.types import EpisodeResult
 
 log = logging.getLogger("swarm.backend.verl")
 
-__all__ = ["VerlBackend", "publish_checkpoint", "resume_point"]
+__all__ = [
+    "VerlBackend",
+    "publish_checkpoint",
+    "reference_input",
+    "reference_log_probs",
+    "resume_point",
+    "update_input",
+]
 
 
 def resume_point(cfg: SwarmConfig) -> tuple[int, Path | None]:
@@ -122,6 +129,43 @@ def publish_checkpoint(cfg: SwarmConfig, step: int) -> Path:
     for name in stale_verl_dirs(os.listdir(root) if root.is_dir() else [], kept):
         shutil.rmtree(root / name, ignore_errors=True)
     return ckpt
+
+
+def _dataproto(ub: UpdateBatch) -> Any:
+    from verl import DataProto
+
+    data = DataProto.from_dict(tensors=ub.tensors, non_tensors=ub.non_tensors, meta_info=dict(ub.meta))
+    if ub.ref_log_prob is not None:
+        data.batch["ref_log_prob"] = ub.ref_log_prob
+    return data
+
+
+def update_input(ub: UpdateBatch) -> Any:
+    """What `update_actor` takes for `ub`: its DataProto (with the reference log-probs when the KL loss is
+    on) as verl's trainer converts it, a TensorDict without padding carrying `ub.meta`."""
+    from verl.workers.utils.padding import left_right_2_no_padding
+
+    return left_right_2_no_padding(_dataproto(ub).to_tensordict())
+
+
+def reference_input(ub: UpdateBatch, *, adapter: bool) -> Any:
+    """What `compute_ref_log_prob` (or, for LoRA, `compute_log_prob` with the adapter off) takes for `ub`."""
+    from verl.utils import tensordict_utils as tu
+    from verl.workers.utils.padding import left_right_2_no_padding
+
+    td = left_right_2_no_padding(_dataproto(ub).to_tensordict())
+    tu.assign_non_tensor(td, calculate_entropy=False, compute_loss=False)
+    if adapter:
+        tu.assign_non_tensor(td, no_lora_adapter=True)
+    return td
+
+
+def reference_log_probs(out: Any, td: Any) -> Any:
+    """The (B, R) reference log-probs from a log-prob call's output on `td` (verl returns them unpadded)."""
+    from verl.utils import tensordict_utils as tu
+    from verl.workers.utils.padding import no_padding_2_padding
+
+    return no_padding_2_padding(tu.get(out, "log_probs"), td).float()
 
 
 def _load_tokenizer(model_dir: Path) -> tuple[Any, list[int], int | None]:
@@ -375,31 +419,20 @@ class VerlBackend:
     # -- internals -----------------------------------------------------------------------------------
 
     def _update(self, ub: UpdateBatch) -> dict[str, float]:
-        from verl import DataProto
         from verl.utils import tensordict_utils as tu
         from verl.utils.metric import reduce_metrics
-        from verl.workers.utils.padding import left_right_2_no_padding
 
-        data = DataProto.from_dict(tensors=ub.tensors, non_tensors=ub.non_tensors, meta_info=dict(ub.meta))
-        if self.plan.ref != "none":
-            if ub.ref_log_prob is None:  # once per step: the reference policy does not change across epochs
-                ub.ref_log_prob = self._ref_log_prob(data)
-            data.batch["ref_log_prob"] = ub.ref_log_prob
-        out = self.wg.update_actor(left_right_2_no_padding(data.to_tensordict()))
+        if self.plan.ref != "none" and ub.ref_log_prob is None:
+            # Once per step: the reference policy does not change across epochs.
+            td = reference_input(ub, adapter=self.plan.ref == "adapter")
+            out = (
+                self.wg.compute_log_prob(td)
+                if self.plan.ref == "adapter"
+                else self.wg.compute_ref_log_prob(td)
+            )
+            ub.ref_log_prob = reference_log_probs(out, td)
+        out = self.wg.update_actor(update_input(ub))
         return reduce_metrics(dict(tu.get(out, "metrics")))
-
-    def _ref_log_prob(self, data: Any) -> Any:
-        from verl.utils import tensordict_utils as tu
-        from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
-
-        td = left_right_2_no_padding(data.to_tensordict())
-        tu.assign_non_tensor(td, calculate_entropy=False, compute_loss=False)
-        if self.plan.ref == "adapter":
-            tu.assign_non_tensor(td, no_lora_adapter=True)
-            out = self.wg.compute_log_prob(td)
-        else:
-            out = self.wg.compute_ref_log_prob(td)
-        return no_padding_2_padding(tu.get(out, "log_probs"), td).float()
 
     def _save_verl(self, step: int) -> None:
         path = verl_step_dir(self.cfg.run_dir, step) / "actor"

@@ -1,6 +1,7 @@
 """What the verl backend hands `update_actor` is what verl's worker can take, and trains the project's loss.
 
-The batch -> DataProto -> TensorDict step of `VerlBackend._update`, then what verl's worker does with it up to
+The batch -> DataProto -> TensorDict step of `VerlBackend._update` (`update_input`, and the reference log-prob
+call's `reference_input` / `reference_log_probs`), then what verl's worker does with it up to
 the model: the split over data-parallel ranks (`chunk_tensordict`), the per-rank mini-batch and
 micro-batch cut (`prepare_micro_batches`), the global token count, and verl's own `ppo_loss`, which calls
 the registered `swarm_*` loss. The FSDP forward is replaced by a stand-in "model" (a per-token log-prob
@@ -16,15 +17,14 @@ import torch
 
 pytest.importorskip("verl", reason="verl pins transformers<5.11; run in the verl venv (make test-verl)")
 
-from verl import DataProto  # noqa: E402
 from verl.utils import tensordict_utils as tu  # noqa: E402
 from verl.utils.config import omega_conf_to_dataclass  # noqa: E402
 from verl.workers.engine.utils import prepare_micro_batches  # noqa: E402
 from verl.workers.utils.losses import ppo_loss  # noqa: E402
-from verl.workers.utils.padding import left_right_2_no_padding  # noqa: E402
 
 from engine.algorithms import get_policy_loss  # noqa: E402
 from engine.backends.verl import register  # noqa: E402, F401  (registers the swarm_* losses, as every worker does)
+from engine.backends.verl.backend import reference_input, reference_log_probs, update_input  # noqa: E402
 from engine.backends.verl.config import compose_verl_config  # noqa: E402
 from engine.backends.verl.dataproto import pack_samples  # noqa: E402
 from engine.backends.verl.update import update_batches  # noqa: E402
@@ -85,12 +85,25 @@ def _ours(samples: list[Sample], cfg: SwarmConfig, W: torch.Tensor) -> torch.Ten
     return loss
 
 
+def _reference_through_verl(ub, W: torch.Tensor, *, adapter: bool) -> torch.Tensor:
+    """The backend's reference log-prob call: its input, a stand-in for the worker's unpadded answer (the
+    stand-in model at the reference weights), and the backend's read-back."""
+    td = reference_input(ub, adapter=adapter)
+    assert td["compute_loss"] is False and td["calculate_entropy"] is False
+    assert td.get("no_lora_adapter", None) is (True if adapter else None)
+    ids = td["input_ids"]
+    values = _logp(ids.values(), td["position_ids"].values(), W.detach() * 0.5)
+    out = tu.get_tensordict({"log_probs": torch.nested.nested_tensor_from_jagged(values, offsets=ids.offsets())})
+    return reference_log_probs(out, td)
+
+
 def _through_verl(ub, actor, dp: int, W: torch.Tensor) -> torch.Tensor:
-    """`VerlBackend._update`'s conversion, then verl's worker up to its loss call."""
-    data = DataProto.from_dict(tensors=ub.tensors, non_tensors=ub.non_tensors, meta_info=dict(ub.meta))
-    if actor.use_kl_loss:  # where VerlBackend._update puts the reference log-probs
-        data.batch["ref_log_prob"] = _ref(ub.tensors, W)
-    td = left_right_2_no_padding(data.to_tensordict())
+    """`VerlBackend._update`'s calls (the backend's own conversion), then verl's worker up to its loss call."""
+    if actor.use_kl_loss:
+        ub.ref_log_prob = _reference_through_verl(ub, W, adapter=ub.mini.rows.start % 2 == 1)
+        m = ub.tensors["response_mask"].bool()
+        torch.testing.assert_close(ub.ref_log_prob[m], _ref(ub.tensors, W)[m])
+    td = update_input(ub)
     assert td["temperature"] == 1.0 and td["compute_loss"] is True
     ranks = tu.chunk_tensordict(td, dp)  # the nd-compute dispatch's even split over data-parallel ranks
     n_tokens = sum(int(r["loss_mask"].sum()) for r in ranks)  # all-reduced by verl's engine
