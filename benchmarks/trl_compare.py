@@ -3,8 +3,8 @@ step, on CPU.
 
 Both sides train the same model (`smollm2-135m`, the plain HF directory our model cache holds) on the same
 arithmetic prompts (engine.tasks.arithmetic, same seed, same order, chat format) with the same group size G,
-prompts per step B, reply budget, sampling temperature, learning rate, optimizer (AdamW, constant lr, grad
-clip 1.0), loss family and reward function (`Arithmetic.reward`), for the same number of steps.
+prompts per step B, reply budget, sampling temperature, learning rate, optimizer (AdamW with torch's fused
+kernel on all three sides, constant lr, grad clip 1.0), loss family and reward function (`Arithmetic.reward`), for the same number of steps.
 
 - ours: `engine.jobs.train(TrainJob)`, unmodified: it starts a real `swarm serve` subprocess on loopback
   and runs the arithmetic client (B*G concurrent episodes over HTTP per step). Algorithm: `grpo` advantages
@@ -313,7 +313,7 @@ def build_trl(args, items: list[Item], model_dir: Path, work: Path, baton: Baton
         learning_rate=args.lr,
         lr_scheduler_type="constant",
         warmup_steps=0,
-        optim="adamw_torch",
+        optim="adamw_torch_fused",  # transformers' default with torch >= 2.8; ours and bare use it too
         weight_decay=0.0,
         max_grad_norm=1.0,
         max_steps=args.steps,
@@ -389,7 +389,7 @@ def run_bare(args, items: list[Item], model_dir: Path, baton: Baton | None, out:
         tok.padding_side = "left"
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
         model.eval()  # no dropout, as on the other two sides
-        opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
+        opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0, fused=True)
         B, G, eps = args.prompts, args.group, 0.2
         for k in range(args.steps):
             if baton:

@@ -36,6 +36,16 @@ from engine.training.metrics import reward_by_client
 from engine.types import EpisodeResult
 
 
+def adamw(params: list[torch.nn.Parameter], **kw: Any) -> torch.optim.AdamW:
+    """AdamW with torch's fused kernel where it supports these parameters (CPU and CUDA floating point),
+    else the plain one. Same update up to float rounding; on SmolLM2-135M on CPU a step took 0.2 s
+    instead of 0.7-0.8 s. (transformers' Trainer also defaults to the fused kernel.)"""
+    try:
+        return torch.optim.AdamW(params, fused=True, **kw)
+    except RuntimeError:  # a device or dtype the fused kernel does not cover
+        return torch.optim.AdamW(params, **kw)
+
+
 @dataclass
 class MicroForward:
     """One micro-batch's forward: columns from `start` on (see engine.backends.torch.forward)."""
@@ -56,7 +66,7 @@ class TorchTrainer:
         if not self.params:
             raise ValueError("model has no trainable parameters")
         t = cfg.training
-        self.optimizer = torch.optim.AdamW(self.params, lr=t.lr, weight_decay=t.weight_decay)
+        self.optimizer = adamw(self.params, lr=t.lr, weight_decay=t.weight_decay)
         self.advantage_fn = get_advantage_estimator(cfg.algorithm.advantage)
         self.loss_fn = get_policy_loss(cfg.algorithm.policy_loss)
         self.adv_cfg = advantage_config(cfg)
@@ -104,6 +114,10 @@ class TorchTrainer:
         """Clip the accumulated gradient, step, and return its norm before clipping."""
         gn = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.training.max_grad_norm)
         self.optimizer.step()
+        if self.optimizer.defaults.get("fused"):
+            # The fused kernel writes the parameters without bumping their version counters, and the
+            # inference engine's packed weights (packed_linear) notice new weights by those counters.
+            torch.autograd.graph.increment_version(self.params)
         return float(gn)
 
     def train_step(self, batch: list[EpisodeResult]) -> dict[str, float]:

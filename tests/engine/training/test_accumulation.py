@@ -120,3 +120,17 @@ def test_merging_changes_the_samples_but_not_the_gradient(tiny_model):
     for mode in ("token", "text"):
         for name, g in grads["off"].items():
             torch.testing.assert_close(grads[mode][name], g, atol=1e-6, rtol=1e-4, msg=f"{mode} {name}")
+
+
+def test_a_step_marks_every_trained_parameter_as_changed(tiny_model):
+    """The fused AdamW kernel writes parameters without bumping their version counters; the trainer bumps
+    them, because the inference engine's packed weights (packed_linear) detect new weights by them."""
+    model = copy.deepcopy(tiny_model)
+    trainer = TorchTrainer(model, 0, SwarmConfig(training={"mini_batch_size": 5, "micro_batch_size": 2}))
+    assert trainer.optimizer.defaults["fused"]
+    before = {n: (p._version, p.detach().clone()) for n, p in model.named_parameters()}
+    trainer.train_step(_episodes(model))
+    changed = [n for n, p in model.named_parameters() if not torch.equal(p, before[n][1])]
+    assert changed
+    for n in changed:
+        assert dict(model.named_parameters())[n]._version > before[n][0], n
