@@ -31,9 +31,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from a3r.api import Workspace
-from a3r.blueprints import Blueprint, Budget
-from a3r.config import HostSpec, SchedulerConfig, WorkspaceConfig
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from a3r.api import Workspace  # noqa: E402
+from a3r.blueprints import Blueprint, Budget  # noqa: E402
+from a3r.config import HostSpec, SchedulerConfig, WorkspaceConfig  # noqa: E402
+from benchmarks.common import loadavg, machine_record  # noqa: E402
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "a3r-execution.md"
 HANG_HOOK = Path(__file__).resolve().parents[1] / "tests" / "a3r" / "hooks" / "hang_worker.py"
@@ -238,10 +243,11 @@ def main() -> None:
     ws = Workspace.create(
         root, WorkspaceConfig(hosts=[HostSpec(name="local", slots=args.slots)], scheduler=sched)
     )
+    load_before = loadavg()
     res = {
         "date": time.strftime("%Y-%m-%d"),
         "machine": f"{args.machine} ({os.cpu_count()} CPUs)",
-        "load_at_start": " / ".join(f"{x:.1f}" for x in os.getloadavg()),
+        "load_at_start": " / ".join(f"{x:.1f}" for x in loadavg()),
         "command": " ".join([".venv/bin/python benchmarks/a3r_scheduler.py", *sys.argv[1:]]),
         "config": {
             "heartbeat_s": sched.heartbeat_s,
@@ -264,6 +270,7 @@ def main() -> None:
         ws.shutdown()
         hung.shutdown()
         hung.close()
+    res["environment"] = machine_record(load_before)  # versions, threads, load after, commit
     for name, value in res["makespan"].items():
         if isinstance(value, (int, float)):
             ws.store.add_bench_result(

@@ -23,10 +23,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 import time
 from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from benchmarks.common import loadavg, machine_record  # noqa: E402
 
 
 def _weights_changed(run_dir: Path, base_dir: Path, lora: bool) -> bool:
@@ -148,11 +153,11 @@ def main() -> int:
         )
         return 2
     root = Path(args.run_root)
+    load_before = loadavg()
     results = [smoke(b, args, root) for b in args.backends]
     report = {
         "device": torch.cuda.get_device_name(0),
-        "torch": torch.__version__,
-        "python": platform.python_version(),
+        "machine": machine_record(load_before),
         "model": args.model,
         "lora": args.lora,
         "batch": args.batch,
