@@ -15,13 +15,14 @@ Three savings over `model(input_ids).logits`, all exact (same numbers up to floa
 - Rows are packed (`Layout.PACKED`): one sequence holds the shared prefix once and then each row's own tokens
   after it, with each row's position ids and a block-causal attention mask (a row's token sees the prefix
   and the earlier tokens of its own row, nothing else). Padding disappears, and every weight meets one
-  matmul per micro-batch instead of one per pass. The older two-pass layout (`Layout.SHARED_KV`: the prefix
-  with a KV cache, then the replies against the cache expanded to B rows) gave each weight two gradient
-  matmuls plus a full-size sum, and each pass its own dense embedding gradient; on SmolLM2-135M on CPU the
-  packed layout made a GRPO update of 4 groups x 4 replies about 1.4x faster. The mask is N x N for N packed
-  tokens, so packing is capped (`PACK_MAX_TOKENS`); a longer micro-batch with a shared prefix takes the KV
-  layout, and the rest the padded batch. Packing needs an attention implementation that takes a custom 4D
-  additive mask (`sdpa`, `eager`; `supports_packing`).
+  matmul per micro-batch instead of one per pass. The older two-pass layout (`Layout.SHARED_KV`: the
+  prefix with a KV cache, then the replies against the cache expanded to B rows) gave each weight two
+  gradient matmuls plus a full-size sum, and each pass its own dense embedding gradient; on SmolLM2-135M on
+  CPU the packed layout made a GRPO update of 4 groups x 4 replies about 1.4x faster.
+  The mask is dense, so attention work grows with the square of the packed length: long multi-turn rows
+  side by side got slower packed. `plan_forward` picks the cheapest layout by a flop estimate
+  (`layout_cost`), packs at most `PACK_MAX_TOKENS` tokens (the mask is N x N), and packs only for
+  attention implementations that take a custom 4D additive mask (`sdpa`, `eager`; `supports_packing`).
 
 Prefix length P is chosen so that no trainable target is predicted inside the prefix (its logits are never
 needed) and each row keeps at least one token after it.
@@ -71,21 +72,47 @@ def supports_packing(model: Any) -> bool:
     return impl in _MASKABLE_ATTENTION
 
 
+# A second pass through the network (the KV layout's) writes and sums one more weight-sized gradient and a
+# dense embedding gradient: memory-bound work that cost about 20 tokens of forward/backward compute per
+# micro-batch for SmolLM2-135M on the 2-core CPU (torch.profiler; machines with more flops per byte of
+# memory bandwidth make it dearer).
+EXTRA_PASS_TOKENS = 32
+
+
+def layout_cost(tokens: int, attention_pairs: int, hidden_size: int | None, passes: int = 1) -> float:
+    """Pure: a layout's work in token-equivalents. Per layer a token's projections and MLP cost about
+    24 h^2 flops and one (query, key) pair of attention 4 h, so a pair weighs 1 / (6 h) token (not counted
+    without a hidden size); each pass beyond the first adds `EXTRA_PASS_TOKENS`."""
+    pairs = attention_pairs / (6 * hidden_size) if hidden_size else 0.0
+    return tokens + pairs + (passes - 1) * EXTRA_PASS_TOKENS
+
+
 def plan_forward(
-    c: Collated, *, share_prefix: bool = True, pack: bool = True, pack_max_tokens: int = PACK_MAX_TOKENS
+    c: Collated,
+    *,
+    share_prefix: bool = True,
+    pack: bool = True,
+    hidden_size: int | None = None,
+    pack_max_tokens: int = PACK_MAX_TOKENS,
 ) -> ForwardPlan:
-    """Pure: the shared-prefix length, the first trainable target column and the layout of a micro-batch.
+    """Pure: the shared-prefix length, the first trainable target column and the layout of a micro-batch
+    (`hidden_size`: the model's, for the cost estimate).
 
     `start` is the first column of `mask_BT` with a trainable target in any row (0 when there is none, so
     the metrics still see every column). `prefix` is the longest P <= start such that columns [0, P) hold
     the same real token in every row; 0 for a single row, where sharing saves nothing, or with
-    `share_prefix` off. Rows are packed when `pack` allows it and the packed sequence (the prefix once plus
-    each row's real tokens after it) is at most `pack_max_tokens` long.
+    `share_prefix` off.
+
+    The layout is the cheapest by `layout_cost` (ties: packed, then the KV layout, then padded), among
+    those allowed: packed when `pack` allows it and the packed sequence is at most `pack_max_tokens` long,
+    the KV layout when there is a prefix. Packing runs the fewest tokens, but its block-causal mask spans
+    the whole packed sequence, so attention grows with the square of its length: short replies to one
+    prompt pack, long multi-turn rows side by side do not (measured: docs/benchmarks/merging.md).
     """
     mask = c.mask_BT
     cols = mask.any(dim=0).nonzero()
     start = int(cols[0]) if len(cols) else 0
-    B = c.input_ids_BT.shape[0]
+    B, T = c.input_ids_BT.shape
     if B < 2 or start == 0:
         return ForwardPlan(prefix=0, start=start)
     prefix = 0
@@ -94,10 +121,15 @@ def plan_forward(
         same = (ids == ids[:1]).all(dim=0) & c.attention_mask_BT[:, :start].bool().all(dim=0)
         differs = (~same).nonzero()
         prefix = int(differs[0]) if len(differs) else start
-    packed_tokens = prefix + int(c.attention_mask_BT.sum()) - B * prefix
-    if pack and packed_tokens <= pack_max_tokens:
-        return ForwardPlan(prefix=prefix, start=start, layout=Layout.PACKED)
-    return ForwardPlan(prefix=prefix, start=start, layout=Layout.SHARED_KV if prefix else Layout.PADDED)
+    P, N = prefix, prefix + int(c.attention_mask_BT.sum()) - B * prefix
+    costs: dict[Layout, float] = {}
+    if pack and N <= pack_max_tokens:
+        costs[Layout.PACKED] = layout_cost(N, N * N, hidden_size)
+    if P:
+        costs[Layout.SHARED_KV] = layout_cost(P + B * (T - P), P * P + B * (T - P) * T, hidden_size, passes=2)
+    costs[Layout.PADDED] = layout_cost(B * T, B * T * T, hidden_size)
+    layout = min(costs, key=costs.__getitem__)  # dict order breaks ties: packed, KV, padded
+    return ForwardPlan(prefix=0 if layout is Layout.PADDED else P, start=start, layout=layout)
 
 
 @dataclass(frozen=True)

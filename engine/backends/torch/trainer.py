@@ -74,6 +74,7 @@ class TorchTrainer:
         self.global_step = 0
         self.cache_kwarg = cache_kwarg(model)
         self.packable = supports_packing(model)
+        self.hidden_size = getattr(getattr(model, "config", None), "hidden_size", None)
 
     def _reference(self):
         """Context in which the model computes reference log-probs: LoRA disables its adapter."""
@@ -90,7 +91,9 @@ class TorchTrainer:
     def forward(self, c: Collated, *, need_ref: bool, entropy: bool = False) -> MicroForward:
         """Per-token log-probs of a collated micro-batch's targets from its first trainable column on
         (grad), its trainable mask there, and when asked reference log-probs and entropy."""
-        plan = plan_forward(c, share_prefix=self.cfg.training.share_prefix, pack=self.packable)
+        plan = plan_forward(
+            c, share_prefix=self.cfg.training.share_prefix, pack=self.packable, hidden_size=self.hidden_size
+        )
         # Logits only at trainable targets (see forward.py); every per-token tensor below is scattered back
         # to [B, T'] with zeros where no loss is taken.
         sel = trainable_mask(c, plan)

@@ -11,10 +11,12 @@ import torch
 
 from engine.algorithms.losses import token_logprobs
 from engine.backends.torch.forward import (
+    EXTRA_PASS_TOKENS,
     ForwardPlan,
     Layout,
     block_causal_mask,
     head_parts,
+    layout_cost,
     pack_rows,
     plan_forward,
     scatter_rows,
@@ -40,10 +42,12 @@ def test_plan_by_hand():
     # rows share tokens 0..2; the first trainable target (x_4 predicted at column 3) is in row 0
     c = collate([_sample([1, 2, 3, 4], [5, 6]), _sample([1, 2, 3, 9, 9], [7])], pad_id=0)
     assert plan_forward(c) == ForwardPlan(prefix=3, start=3, layout=Layout.PACKED)
-    assert plan_forward(c, pack=False) == ForwardPlan(prefix=3, start=3, layout=Layout.SHARED_KV)
+    # without packing: the KV layout runs 3 + 2 * 3 = 9 tokens in two passes (9 + EXTRA_PASS_TOKENS), the
+    # padded batch 12 in one: padded. With a longer shared prompt the KV layout wins (test below).
+    assert plan_forward(c, pack=False) == ForwardPlan(prefix=0, start=3, layout=Layout.PADDED)
     # packed: the prefix once (3) plus each row's tokens after it (3 + 3) = 9 tokens
     assert plan_forward(c, pack_max_tokens=9).layout is Layout.PACKED
-    assert plan_forward(c, pack_max_tokens=8).layout is Layout.SHARED_KV
+    assert plan_forward(c, pack_max_tokens=8).layout is Layout.PADDED
     # identical prompts: the prefix reaches the first trainable target and stops there
     c = collate([_sample([1, 2, 3], [5, 6]), _sample([1, 2, 3], [7])], pad_id=0)
     assert plan_forward(c) == ForwardPlan(prefix=2, start=2, layout=Layout.PACKED)
@@ -57,6 +61,29 @@ def test_plan_by_hand():
     c = collate([_sample([1, 2], [5]), _sample([8, 2], [5])], pad_id=0)
     assert plan_forward(c) == ForwardPlan(prefix=0, start=1, layout=Layout.PACKED)
     assert plan_forward(c, pack=False) == ForwardPlan(prefix=0, start=1, layout=Layout.PADDED)
+
+
+def test_layout_cost_by_hand():
+    assert layout_cost(100, 6000, 10) == 100 + 6000 / 60
+    assert layout_cost(100, 6000, None) == 100
+    assert layout_cost(100, 6000, None, passes=2) == 100 + EXTRA_PASS_TOKENS
+
+
+def test_the_plan_packs_a_group_but_not_long_rows_side_by_side():
+    # one prompt of 8 tokens, four replies of 2: packed 7 + 4 * 3 = 19 tokens in one pass; the KV layout
+    # runs as many tokens in two passes; padded 40
+    group = [_sample(list(range(1, 9)), [20 + r, 30 + r]) for r in range(4)]
+    assert plan_forward(collate(group, 0), hidden_size=64).layout is Layout.PACKED
+    # two unrelated rows of 40 tokens: packed and padded run 80 tokens, but the packed mask spans
+    # 80 x 80 pairs against 2 x 40 x 40
+    rows = [_sample(list(range(1, 39)), [50, 51]), _sample(list(range(100, 138)), [60, 61])]
+    assert plan_forward(collate(rows, 0), hidden_size=64) == ForwardPlan(prefix=0, start=37)
+    # long rows after a shared prompt (merged multi-turn samples): the KV layout saves more attention than
+    # its second pass costs: 119^2 + 2 x 301 x 420 pairs against packed 721^2 (same 721 tokens)
+    prompt = list(range(1, 121))
+    merged = [_sample(prompt, list(range(200, 500))), _sample(prompt, list(range(600, 900)))]
+    plan = plan_forward(collate(merged, 0), hidden_size=64)
+    assert plan == ForwardPlan(prefix=119, start=119, layout=Layout.SHARED_KV)
 
 
 def test_pack_rows_by_hand():
@@ -111,17 +138,25 @@ def _plain(model, c):
     return token_logprobs(logits.float(), c.target_ids_BT)
 
 
-# Every way a micro-batch can go through the network: (share_prefix, pack) for plan_forward.
+# Every way a micro-batch can go through the network: (share_prefix, layout).
 LAYOUTS = {
-    "packed": (True, True),
-    "shared-kv": (True, False),
-    "packed-no-prefix": (False, True),
-    "padded": (False, False),
+    "packed": (True, Layout.PACKED),
+    "shared-kv": (True, Layout.SHARED_KV),
+    "packed-no-prefix": (False, Layout.PACKED),
+    "padded": (False, Layout.PADDED),
 }
 
 
-def _gathered(model, c, share: bool, pack: bool):
-    plan = plan_forward(c, share_prefix=share, pack=pack)
+def _plan(c, share: bool, layout: Layout) -> ForwardPlan:
+    """The plan's prefix and start, in the given layout whatever the cost estimate prefers (without a
+    hidden size the estimate packs: packing never runs more tokens)."""
+    plan = plan_forward(c, share_prefix=share)
+    assert plan.layout is Layout.PACKED or plan.prefix == 0
+    return ForwardPlan(prefix=0 if layout is Layout.PADDED else plan.prefix, start=plan.start, layout=layout)
+
+
+def _gathered(model, c, share: bool, layout: Layout):
+    plan = _plan(c, share, layout)
     logits, sel = trainable_logits(model, c, plan, cache_kwarg(model)), trainable_mask(c, plan)
     targets = c.target_ids_BT[:, plan.start :][sel][None]
     logp = scatter_rows(sel, token_logprobs(logits.float()[None], targets)[0])
@@ -155,13 +190,12 @@ def test_same_logprobs_and_gradients_as_a_plain_forward(tiny, lora, layout, rows
     model = _lora(model) if lora else model
     model.eval()
     assert supports_packing(model)
-    share, pack = LAYOUTS[layout]
+    share, kind = LAYOUTS[layout]
     c = collate(_batch()[:rows], tiny.tokenizer.pad_token_id)
-    plan = plan_forward(c, share_prefix=share, pack=pack)
-    assert plan.prefix == (0 if not share else 9 - 1 if rows == 3 else 6)
-    assert plan.layout.value == {"packed-no-prefix": "packed", "shared-kv": "shared_kv"}.get(layout, layout)
+    plan = _plan(c, share, kind)
+    assert plan.prefix == (0 if not share or kind is Layout.PADDED else 9 - 1 if rows == 3 else 6)
     ref_logp, ref_grads = _logp_and_grads(model, c, _plain)
-    got_logp, got_grads = _logp_and_grads(model, c, lambda m, c: _gathered(m, c, share, pack))
+    got_logp, got_grads = _logp_and_grads(model, c, lambda m, c: _gathered(m, c, share, kind))
     torch.testing.assert_close(got_logp, ref_logp, atol=1e-5, rtol=1e-5)
     assert ref_grads.keys() == got_grads.keys() and ref_grads
     for name, g in ref_grads.items():
