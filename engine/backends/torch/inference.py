@@ -51,7 +51,9 @@ class TorchInferenceEngine:
 
     `max_batch_rows` bounds the rows decoded together (a request counts `n` rows; one bigger than the
     bound runs alone). `max_batch_rows=1` gives plain sequential generation, the baseline for benchmarks.
-    `packed_linear` gives the model's float32 CPU linear layers oneDNN-prepacked weights for inference.
+    `packed_linear` gives the model's float32 CPU linear layers oneDNN-prepacked weights for inference. Off
+    by default: measured 1.26-1.29x faster at 8-32 episodes on 2026-11-29, its reruns on the same machine on
+    2026-12-01 gave 0.74-1.08x (docs/benchmarks/generation.md), so plain `F.linear` serves.
     `stop_token_ids` defaults to the tokenizer's end-of-turn ids; an empty list never stops early.
     """
 
@@ -65,12 +67,12 @@ class TorchInferenceEngine:
         max_prefill_tokens: int = 8192,
         seed: int = 0,
         num_threads: int | None = None,
-        packed_linear: bool = True,
+        packed_linear: bool = False,
     ) -> None:
         if max_batch_rows < 1 or max_prefill_tokens < 1:
             raise ValueError("max_batch_rows and max_prefill_tokens must be >= 1")
         self.model = model
-        # Decode-time fast path on CPU, for as long as this engine lives; training is unaffected.
+        # Opt-in decode path on CPU, for as long as this engine lives; training is unaffected.
         self._packed = packed_linear_mod.install(model) if packed_linear else 0
         self.tokenizer = tokenizer
         if stop_token_ids is None:
