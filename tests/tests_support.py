@@ -51,7 +51,9 @@ class ScriptedInference:
     while "sampling", so streaming is exercised as with a real model. Use `scripted_backend_factory`.
     """
 
-    def __init__(self, tokenizer, replies: list[str], stop_token_ids: tuple[int, ...], token_delay_s: float = 0.0):
+    def __init__(
+        self, tokenizer, replies: list[str], stop_token_ids: tuple[int, ...], token_delay_s: float = 0.0
+    ):
         self.tokenizer = tokenizer
         self.replies = list(replies)
         self.stop_token_ids = stop_token_ids
@@ -111,7 +113,9 @@ def serve_process(run_dir, port: int, *extra: str):
     env = {**os.environ, "SWARM_ADMIN_TOKEN": ADMIN_TOKEN}
     proc = subprocess.Popen(
         [sys.executable, "-m", "engine.cli", "serve", "--run-dir", str(run_dir), "--port", str(port), *extra],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -249,7 +253,9 @@ class ScriptedVllmServer(_ScriptedServer):
                     return self.send_json(200, {"status": "ok"})
                 item = outer.script.pop(0) if outer.script else 500
                 if isinstance(item, int):
-                    return self.send_json(item, {"error": {"message": f"scripted {item}", "type": "BadRequestError"}})
+                    return self.send_json(
+                        item, {"error": {"message": f"scripted {item}", "type": "BadRequestError"}}
+                    )
                 time.sleep(item.get("delay_s", 0.0))
                 choices = [
                     {
@@ -265,7 +271,9 @@ class ScriptedVllmServer(_ScriptedServer):
                     for ch in choices:
                         if ch["token_ids"] is None:
                             del ch["token_ids"]
-                    return self.send_json(200, {"id": "cmpl-1", "object": "text_completion", "choices": choices})
+                    return self.send_json(
+                        200, {"id": "cmpl-1", "object": "text_completion", "choices": choices}
+                    )
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Connection", "close")
@@ -289,7 +297,11 @@ class ScriptedVllmServer(_ScriptedServer):
                             self.wfile.flush()
                 for ch in choices:  # a server without return_token_ids support streams text only
                     if ch["token_ids"] is None:
-                        delta = {"index": ch["index"], "text": ch["text"], "finish_reason": ch["finish_reason"]}
+                        delta = {
+                            "index": ch["index"],
+                            "text": ch["text"],
+                            "finish_reason": ch["finish_reason"],
+                        }
                         self.wfile.write(f"data: {json.dumps({'choices': [delta]})}\n\n".encode())
                 self.wfile.write(b"data: [DONE]\n\n")
                 self.wfile.flush()
@@ -301,3 +313,31 @@ class ScriptedVllmServer(_ScriptedServer):
         """The bodies of the /v1/completions requests received, in order."""
         return [r["body"] for r in self.requests if r["path"] == "/v1/completions"]
 
+
+# -- GPU backend end-to-end tests (tests/engine/backends/test_*_gpu.py) -----------------------------------
+GPU_PROBE_PROMPT = [{"role": "user", "content": "What is 2 + 3?"}]
+
+
+def greedy_logprobs(srv) -> list[float]:
+    """The log-probs a live server records for a short greedy reply to a fixed prompt: they change exactly
+    when the weights it serves change."""
+    with srv.client() as c:
+        ep = c.begin_episode("probe", is_eval=True)
+        ep.openai().chat.completions.create(model="m", messages=GPU_PROBE_PROMPT, max_tokens=6, temperature=0)
+        lp = list(srv.server.episodes.get(ep.api_key).tracker.timelines[-1].blocks[-1].logprobs)
+        ep.end(0.0)
+        return lp
+
+
+def train_one_step(srv, timeout: float) -> dict:
+    """Two tasks x two sampled episodes with rewards 0 and 1 (one batch of a 2 x 2 pool); the server's
+    status once it has taken step 1."""
+    with srv.client() as c:
+        for t in range(2):
+            for g in range(2):
+                with c.episode(f"task-{t}") as ep:
+                    ep.openai().chat.completions.create(
+                        model="m", messages=GPU_PROBE_PROMPT, max_tokens=8, temperature=1.0
+                    )
+                    ep.end(float(g))
+        return c.wait_for_step(1, timeout=timeout)

@@ -12,19 +12,10 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (backend verl)"),
 ]
 
+from tests_support import greedy_logprobs, train_one_step  # noqa: E402
+
 from engine.config import SwarmConfig  # noqa: E402
 from engine.training.checkpoint import latest_checkpoint, read_state  # noqa: E402
-
-PROMPT = [{"role": "user", "content": "What is 2 + 3?"}]
-
-
-def _greedy_logprobs(srv) -> list[float]:
-    with srv.client() as c:
-        ep = c.begin_episode("probe", is_eval=True)
-        ep.openai().chat.completions.create(model="m", messages=PROMPT, max_tokens=6, temperature=0)
-        lp = list(srv.server.episodes.get(ep.api_key).tracker.timelines[-1].blocks[-1].logprobs)
-        ep.end(0.0)
-        return lp
 
 
 def _start(live_server, cfg: SwarmConfig):
@@ -48,17 +39,11 @@ def test_a_verl_step_syncs_weights_to_the_replicas_checkpoints_and_resumes(live_
         run_dir=str(tmp_path),
     )
     srv = _start(live_server, cfg)
-    before = _greedy_logprobs(srv)
-    with srv.client() as c:
-        for t in range(2):
-            for g in range(2):
-                with c.episode(f"task-{t}") as ep:
-                    ep.openai().chat.completions.create(model="m", messages=PROMPT, max_tokens=8, temperature=1.0)
-                    ep.end(float(g))
-        st = c.wait_for_step(1, timeout=900)
+    before = greedy_logprobs(srv)
+    st = train_one_step(srv, timeout=900)
     m = st["last_metrics"]
     assert m["episodes"] == 4 and m["grad_norm"] > 0 and m["weight_sync_s"] > 0 and m["optimizer_steps"] == 1
-    after = _greedy_logprobs(srv)
+    after = greedy_logprobs(srv)
     assert after != before  # the replicas serve the synced weights
     state = read_state(latest_checkpoint(tmp_path))
     assert state["backend"] == "verl" and state["global_step"] == 1
@@ -69,6 +54,6 @@ def test_a_verl_step_syncs_weights_to_the_replicas_checkpoints_and_resumes(live_
     again = _start(live_server, cfg)  # same run dir: verl's checkpoint is loaded and synced
     with again.client() as c:
         assert c.status()["global_step"] == 1
-    assert _greedy_logprobs(again) == pytest.approx(after, abs=0.05)
+    assert greedy_logprobs(again) == pytest.approx(after, abs=0.05)
     with again.client() as c:
         c.stop()

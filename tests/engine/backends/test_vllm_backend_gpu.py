@@ -11,18 +11,9 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (backend vllm)"),
 ]
 
+from tests_support import greedy_logprobs, train_one_step  # noqa: E402
+
 from engine.config import SwarmConfig  # noqa: E402
-
-PROMPT = [{"role": "user", "content": "What is 2 + 3?"}]
-
-
-def _greedy_logprobs(srv) -> list[float]:
-    with srv.client() as c:
-        ep = c.begin_episode("probe", is_eval=True)
-        ep.openai().chat.completions.create(model="m", messages=PROMPT, max_tokens=6, temperature=0)
-        lp = list(srv.server.episodes.get(ep.api_key).tracker.timelines[-1].blocks[-1].logprobs)
-        ep.end(0.0)
-        return lp
 
 
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
@@ -39,15 +30,9 @@ def test_a_step_on_vllm_pushes_weights_that_vllm_then_serves(live_server, lora, 
             run_dir=str(tmp_path),
         )
     )
-    before = _greedy_logprobs(srv)
-    with srv.client() as c:
-        for t in range(2):
-            for g in range(2):
-                with c.episode(f"task-{t}") as ep:
-                    ep.openai().chat.completions.create(model="m", messages=PROMPT, max_tokens=8, temperature=1.0)
-                    ep.end(float(g))
-        st = c.wait_for_step(1, timeout=600)
+    before = greedy_logprobs(srv)
+    st = train_one_step(srv, timeout=600)
     m = st["last_metrics"]
     assert m["episodes"] == 4 and m["grad_norm"] > 0 and m["weight_sync_s"] > 0
-    after = _greedy_logprobs(srv)
+    after = greedy_logprobs(srv)
     assert after != before  # vLLM serves the pushed weights without a restart
