@@ -59,7 +59,8 @@ class Layout(Enum):
 
 @dataclass(frozen=True)
 class ForwardPlan:
-    """Where the passes split: positions [0, prefix) run once, targets [start, T-1) get logits."""
+    """How a micro-batch goes through the network: positions [0, prefix) run once (shared by every row),
+    targets [start, T-1) get logits, in `layout`."""
 
     prefix: int
     start: int
