@@ -5,10 +5,11 @@ Agents: `smol` = SmolLM2-135M-Instruct (pretrained, SmolLM2 BPE tokenizer) and `
 trained from scratch with a byte-level tokenizer (`tiny-bytes` by default, or any HF dir via
 --second-model). Each is supervised first (the registry's `nll` loss) on one operation of the task
 `arithmetic_pm` (a + b or a - b, 1..50): smol on additions, bytes on subtractions, so each is weak where
-the other is strong and their capabilities differ. The second model's SFT budget (4000 steps at lr 3e-3)
-was set after checking its subtraction accuracy on the held-out items (150 steps at 1e-3: 0%; 2000 at 1e-3:
-23%; 4000 at 3e-3: 32%): a choice made on the test items, to give it some skill at all; every method
-starts from the same SFT weights, so it favours none of them. Then, per seed and method, a `swarm train` team job
+the other is strong and their capabilities differ. The from-scratch second model needs far more SFT than
+the pretrained first; its budget is chosen among `--sft-candidates-second` by greedy accuracy on a
+validation split (`--val-size` items of the mixed task from their own seed, disjoint from the held-out test
+items; no SFT stream contains either), on seed 0, and then used for every seed. The held-out test items
+are only ever evaluated, never used to choose a setting. Then, per seed and method, a `swarm train` team job
 (one swarm server per agent) runs RL on the mixed task from the same SFT checkpoints and the same prompt
 order (the seed), and held-out greedy accuracy is measured before and after for each agent.
 
@@ -46,14 +47,16 @@ if str(REPO) not in sys.path:
 
 from a3r.analysis import t_interval  # noqa: E402
 from benchmarks.common import loadavg, machine_record  # noqa: E402
-from engine.config import ModelConfig  # noqa: E402
-from engine.jobs import TrainJob, train  # noqa: E402
+from engine.config import ModelConfig, SwarmConfig  # noqa: E402
+from engine.jobs import ServerProcess, TrainJob, evaluate, train  # noqa: E402
 from engine.tasks import get_task  # noqa: E402
 from engine.tasks.arithmetic import Arithmetic  # noqa: E402
-from engine.tasks.base import HELD_OUT_SEED, split_items  # noqa: E402
+from engine.tasks.base import HELD_OUT_SEED, Item, split_items  # noqa: E402
+from engine.training.metrics import MetricsLog  # noqa: E402
 from engine.training.supervised import supervise as train_supervised  # noqa: E402
 
 TASK = "arithmetic_pm"
+VALIDATION_SEED = 20_000  # the validation split's own stream; its items skip the held-out test items
 METHODS = ("hacpo", "gspo", "gspox2", "naive")
 COMPARISONS = (("hacpo", "gspox2"), ("gspox2", "naive"), ("hacpo", "gspo"))
 DIAGNOSTICS = (
@@ -64,12 +67,24 @@ DIAGNOSTICS = (
 
 
 # -- supervised warm-up ------------------------------------------------------------------------------
-def supervise(model: str, ops: str, seed: int, steps: int, lr: float, args, out: Path, held_out_ids: set[str]) -> dict:
+def validation_items(n: int, test_ids: set[str]) -> list[Item]:
+    """`n` distinct items of the mixed task from VALIDATION_SEED, none of them a held-out test item."""
+    out: dict[str, Item] = {}
+    for it in get_task(TASK).dataset(50 * n + 1000, VALIDATION_SEED):
+        if it.id not in test_ids:
+            out.setdefault(it.id, it)
+        if len(out) == n:
+            return list(out.values())
+    raise ValueError(f"the task has fewer than {n} items outside the test set")
+
+
+def supervise(model: str, ops: str, seed: int, steps: int, lr: float, args, out: Path, excluded_ids: set[str]) -> dict:
     """Teach `model` one operation with the registry's nll loss (engine.training.supervised), in the
-    dataset's order; saves a plain HF dir at `out` and this script's summary (`sft.json`)."""
+    dataset's order, skipping `excluded_ids` (the test and validation items); saves a plain HF dir at
+    `out` and this script's summary (`sft.json`)."""
     if (out / "config.json").exists():
         return json.loads((out / "sft.json").read_text())
-    stream = [it for it in Arithmetic(ops=ops).dataset(4 * steps * args.sft_batch, 5_000 + seed) if it.id not in held_out_ids]
+    stream = [it for it in Arithmetic(ops=ops).dataset(4 * steps * args.sft_batch, 5_000 + seed) if it.id not in excluded_ids]
     done = train_supervised(
         ModelConfig(name=model), [(it.id, it.prompt, str(it.answer)) for it in stream], out,
         steps=steps, batch=args.sft_batch, lr=lr, seed=seed, shuffle=False,
@@ -79,10 +94,53 @@ def supervise(model: str, ops: str, seed: int, steps: int, lr: float, args, out:
     return info
 
 
-def sft_dir(runs_root: Path, agent: str, seed: int, steps: int, lr: float, batch: int) -> Path:
-    """One folder per SFT setting, so that changed settings never reuse another setting's weights (and the
-    RL jobs, which name these folders, differ too)."""
-    return runs_root / "sft" / f"{agent}-seed{seed}-{steps}x{batch}-lr{lr:g}"
+def sft_dir(runs_root: Path, agent: str, seed: int, steps: int, lr: float, batch: int, val_size: int) -> Path:
+    """One folder per SFT setting and data (the stream skips `val_size` validation items), so that changed
+    settings never reuse another setting's weights (and the RL jobs, which name these folders, differ too)."""
+    return runs_root / "sft" / f"{agent}-seed{seed}-{steps}x{batch}-lr{lr:g}-val{val_size}"
+
+
+def greedy_accuracy(model_dir: Path, items: list[Item], args, log_dir: Path) -> float:
+    """Greedy accuracy of a saved model on `items`, served and scored exactly as the RL jobs' evaluations."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    job = TrainJob(task=TASK, max_tokens=args.max_tokens, concurrency=args.batch * args.group, eval_size=0)
+    server = ServerProcess(None, log_path=log_dir / "server.log")
+    try:
+        with server.client() as client:
+            client.configure(SwarmConfig(model={"name": str(model_dir.resolve())}))
+            client.start(wait=True)
+            return evaluate(client, job, items, f"validation {model_dir.name}", 0, MetricsLog(log_dir), key="val_accuracy")
+    finally:
+        server.stop()
+
+
+def select_second_sft(args, runs_root: Path, excluded_ids: set[str], val: list[Item]) -> tuple[tuple[int, float], list[dict]]:
+    """The second model's SFT budget: each (steps, lr) of --sft-candidates-second trained on seed 0 and
+    scored on the validation items; the most accurate wins, ties go to fewer steps."""
+    table = []
+    for steps, lr in args.sft_candidates_second:
+        out = sft_dir(runs_root, "bytes", 0, steps, lr, args.sft_batch, len(val))
+        info = supervise(args.second_model, "-", 0, steps, lr, args, out, excluded_ids)
+        scored = out / "val.json"
+        if not scored.exists():
+            scored.write_text(json.dumps({"val_accuracy": greedy_accuracy(out, val, args, out / "val")}))
+        table.append({"steps": steps, "lr": lr, "val_accuracy": json.loads(scored.read_text())["val_accuracy"], "sft_wall_s": info["wall_s"]})
+    best = choose_budget(table)
+    return (best["steps"], best["lr"]), table
+
+
+def choose_budget(table: list[dict]) -> dict:
+    """The highest validation accuracy; among equals the fewest steps (the cheapest setting that does as well)."""
+    return max(table, key=lambda r: (r["val_accuracy"], -r["steps"]))
+
+
+def budget(text: str) -> tuple[int, float]:
+    """argparse type of an SFT candidate, STEPS:LR (e.g. 4000:3e-3)."""
+    try:
+        steps, lr = text.split(":")
+        return int(steps), float(lr)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"an SFT candidate is STEPS:LR, e.g. 4000:3e-3; got {text!r}") from None
 
 
 # -- one RL run -------------------------------------------------------------------------------------
@@ -221,6 +279,14 @@ def markdown(report: dict, agents: list[str], methods: list[str], seeds: list[in
     for k, v in report["comparisons"].items():
         lines.append(f"| {k} | {v['mean']:+.3f} | [{v['ci95'][0]:+.3f}, {v['ci95'][1]:+.3f}] |")
     lines += ["", f"Measured ordering (mean over agents): {report['ordering']}", "", "![results](" + Path(report["out"]).name + ".png)", ""]
+    sel = report["sft_selection"]
+    lines += [
+        f"The second model's SFT budget, chosen on {sel['val_size']} validation items (seed {sel['val_seed']}, disjoint "
+        "from the test items and from every SFT stream), seed 0; the most accurate wins, ties go to fewer steps:", "",
+        "| SFT steps | lr | validation accuracy |", "|---:|---:|---:|",
+        *[f"| {r['steps']} | {r['lr']:g} | {r['val_accuracy']:.3f} |" for r in sel["candidates"]],
+        "", f"Chosen: {sel['chosen']['steps']} steps at lr {sel['chosen']['lr']:g}.", "",
+    ]
     return "\n".join(lines)
 
 
@@ -234,10 +300,10 @@ def main() -> None:
     ap.add_argument("--sft-batch", type=int, default=16)
     ap.add_argument("--sft-lr-first", type=float, default=2e-5, help="SFT lr of the pretrained first model")
     ap.add_argument(
-        "--sft-steps-second", type=int, default=4000,
-        help="SFT steps of the from-scratch second model: it starts from random weights (150 steps left it at 0%%)",
+        "--sft-candidates-second", type=budget, nargs="+", default=[(150, 1e-3), (2000, 1e-3), (4000, 3e-3)],
+        metavar="STEPS:LR", help="SFT budgets of the from-scratch second model; the validation split picks one",
     )
-    ap.add_argument("--sft-lr-second", type=float, default=3e-3, help="SFT lr of the from-scratch second model")
+    ap.add_argument("--val-size", type=int, default=100, help="validation items (disjoint from the test items)")
     ap.add_argument("--steps", type=int, default=12, help="RL steps per run")
     ap.add_argument("--batch", type=int, default=8, help="prompts per step (B)")
     ap.add_argument("--group", type=int, default=4, help="responses per prompt and agent (G)")
@@ -258,23 +324,28 @@ def main() -> None:
     args = ap.parse_args()
     if args.smoke:
         args.first_model, args.second_model = "tiny", "tiny-bytes"
-        args.sft_steps, args.sft_steps_second, args.sft_batch, args.steps, args.batch, args.group = 2, 2, 4, 1, 2, 2
-        args.mini_batch, args.eval_size, args.seeds = 4, 2, args.seeds[:1]
+        args.sft_steps, args.sft_batch, args.steps, args.batch, args.group = 2, 4, 1, 2, 2
+        args.sft_candidates_second = [(1, 1e-3), (2, 1e-3)]
+        args.mini_batch, args.eval_size, args.val_size, args.seeds = 4, 2, 2, args.seeds[:1]
     load_before = loadavg()
     t0 = time.time()
     runs_root, out = Path(args.runs), Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    held_out_ids = {it.id for it in split_items(get_task(TASK), 0, args.eval_size, 0, HELD_OUT_SEED)[1]}
+    test_ids = {it.id for it in split_items(get_task(TASK), 0, args.eval_size, 0, HELD_OUT_SEED)[1]}
+    val = validation_items(args.val_size, test_ids)
+    excluded = test_ids | {it.id for it in val}
+    (steps_2, lr_2), selection = select_second_sft(args, runs_root, excluded, val)
+    print(f"second model's SFT budget, chosen on {len(val)} validation items: {steps_2} steps at lr {lr_2:g} ({selection})", flush=True)
 
-    sft_info, runs, compute_s = {}, {}, 0.0
+    sft_info, runs, compute_s = {}, {}, sum(r["sft_wall_s"] for r in selection if (r["steps"], r["lr"]) != (steps_2, lr_2))
     for seed in args.seeds:
         dirs = {
-            "smol": sft_dir(runs_root, "smol", seed, args.sft_steps, args.sft_lr_first, args.sft_batch),
-            "bytes": sft_dir(runs_root, "bytes", seed, args.sft_steps_second, args.sft_lr_second, args.sft_batch),
+            "smol": sft_dir(runs_root, "smol", seed, args.sft_steps, args.sft_lr_first, args.sft_batch, len(val)),
+            "bytes": sft_dir(runs_root, "bytes", seed, steps_2, lr_2, args.sft_batch, len(val)),
         }
         sft_info[seed] = {
-            "smol": supervise(args.first_model, "+", seed, args.sft_steps, args.sft_lr_first, args, dirs["smol"], held_out_ids),
-            "bytes": supervise(args.second_model, "-", seed, args.sft_steps_second, args.sft_lr_second, args, dirs["bytes"], held_out_ids),
+            "smol": supervise(args.first_model, "+", seed, args.sft_steps, args.sft_lr_first, args, dirs["smol"], excluded),
+            "bytes": supervise(args.second_model, "-", seed, steps_2, lr_2, args, dirs["bytes"], excluded),
         }
         compute_s += sft_info[seed]["smol"]["wall_s"] + sft_info[seed]["bytes"]["wall_s"]
         agents = {
@@ -301,6 +372,7 @@ def main() -> None:
         "out": str(out),
         "config": {k: v for k, v in vars(args).items()},
         "sft": sft_info,
+        "sft_selection": {"val_size": len(val), "val_seed": VALIDATION_SEED, "candidates": selection, "chosen": {"steps": steps_2, "lr": lr_2}},
         "before": {a: statistics.fmean(runs[(s, args.methods[0])]["before"][a] for s in args.seeds) for a in names},
         "after": {f"{s}/{m}": runs[(s, m)]["after"] for s, m in runs},
         "comparisons": comparisons,

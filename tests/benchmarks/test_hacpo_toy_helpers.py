@@ -45,3 +45,22 @@ def test_every_method_runs_the_same_pair_on_the_same_prompts():
     assert {j.seed for j in jobs.values()} == {1} and {j.task for j in jobs.values()} == {"arithmetic_pm"}
     assert {m: j.team.method.value for m, j in jobs.items()} == {m: m for m in ht.METHODS}
     assert jobs["hacpo"].team.hacpo.eps_low == 3e-3
+
+
+def test_the_validation_split_is_disjoint_from_the_test_items_and_the_same_every_time():
+    test_ids = {it.id for it in ht.split_items(ht.get_task(ht.TASK), 0, 100, 0, ht.HELD_OUT_SEED)[1]}
+    val = ht.validation_items(100, test_ids)
+    ids = [it.id for it in val]
+    assert len(set(ids)) == 100 and not set(ids) & test_ids
+    assert ids == [it.id for it in ht.validation_items(100, test_ids)]
+    # the draw would have hit test items had they not been skipped: the exclusion is doing work
+    assert set(it.id for it in ht.get_task(ht.TASK).dataset(400, ht.VALIDATION_SEED)) & test_ids
+
+
+def test_the_budget_is_chosen_by_validation_accuracy_and_ties_go_to_fewer_steps():
+    table = [{"steps": 150, "lr": 1e-3, "val_accuracy": 0.10}, {"steps": 4000, "lr": 3e-3, "val_accuracy": 0.30},
+             {"steps": 2000, "lr": 1e-3, "val_accuracy": 0.30}]
+    assert ht.choose_budget(table)["steps"] == 2000
+    assert ht.budget("4000:3e-3") == (4000, 3e-3)
+    with pytest.raises(argparse.ArgumentTypeError, match="STEPS:LR"):
+        ht.budget("4000")
