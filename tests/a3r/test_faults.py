@@ -64,9 +64,11 @@ def test_sigkill_worker_process(make_ws):
 def test_sigkill_monitor_and_restart(make_ws):
     # A long lease TTL: on a loaded machine a slow tick must not let the second monitor take over the
     # lease from a live first one (that takeover is legitimate, and tested in test_store, but not this test).
+    # Runs of 5 s (6 on 2 slots): the first monitor still has 10 s of work when the second one starts, so
+    # that one meets a held lease even when its interpreter is slow to start on a loaded machine.
     ws = make_ws(slots=2, lease_ttl_s=60)
     runs = ws.add_blueprints(
-        _stage(ws).id, [make_bp(job("--steps", "10", "--sleep", "0.1"), seeds=range(6), steps=10)]
+        _stage(ws).id, [make_bp(job("--steps", "10", "--sleep", "0.5"), seeds=range(6), steps=10)]
     )
     ids = [r.id for r in runs]
     cmd = [sys.executable, "-m", "a3r", "--workspace", str(ws.root), "monitor", "--exit-when-idle"]

@@ -55,9 +55,12 @@ class _Screen:
 def test_top_follows_a_training_step_survives_the_server_and_quits_on_ctrl_c(live_server):
     srv = live_server(SwarmConfig(pool={"policy": "episode_count", "batch_size": 1, "group_size": 1}))
     master, slave = pty.openpty()
-    # A screen tall enough for the whole view: rich crops a live view taller than the terminal.
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 60, 200, 0, 0))
-    env = {**os.environ, "TERM": "xterm"}
+    # A screen tall enough for the whole view: rich crops a live view taller than the terminal (with
+    # "..."), and the last step's metrics table grows with every metric the trainer adds.
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 200, 200, 0, 0))
+    # rich takes LINES/COLUMNS over the terminal's size when they are set (an xdist worker has
+    # LINES=24 COLUMNS=80): name the pty's size, or the view is cropped to 24 rows.
+    env = {**os.environ, "TERM": "xterm", "LINES": "200", "COLUMNS": "200"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "engine.cli", "top", "--url", srv.url, "--token", ADMIN_TOKEN, "--interval", "0.2"],
         stdin=slave, stdout=slave, stderr=slave, env=env, close_fds=True,
