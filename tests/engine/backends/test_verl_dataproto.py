@@ -67,7 +67,7 @@ def test_pack_refuses_a_batch_without_anything_to_learn():
 
 
 def test_dataproto_round_trip(samples):
-    pytest.importorskip("verl", reason="verl pins transformers<5.11; run in the verl venv (make test-verl)")
+    pytest.importorskip("verl", reason="verl pins transformers<5.11; make test runs these in the verl venv")
     from verl import DataProto
 
     from engine.backends.verl.dataproto import from_dataproto, to_dataproto

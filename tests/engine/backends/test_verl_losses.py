@@ -1,6 +1,6 @@
 """The project's losses and advantage estimators called through verl's registries equal the project's own
 on the same tensors (values and gradients). Needs verl (CPU is enough): skipped where it is not installed;
-`make test-verl` runs these in a venv that has it."""
+`make test` runs these in the verl venv, which has it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-pytest.importorskip("verl", reason="verl pins transformers<5.11; run in the verl venv (make test-verl)")
+pytest.importorskip("verl", reason="verl pins transformers<5.11; make test runs these in the verl venv")
 
 from verl.trainer.ppo import core_algos  # noqa: E402
 from verl.utils.config import omega_conf_to_dataclass  # noqa: E402

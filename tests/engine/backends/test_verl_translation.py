@@ -84,7 +84,7 @@ def test_what_verl_cannot_express_is_refused_naming_the_field(data, match):
 
 @pytest.fixture
 def verl_compose():
-    pytest.importorskip("verl", reason="verl pins transformers<5.11; run in the verl venv (make test-verl)")
+    pytest.importorskip("verl", reason="verl pins transformers<5.11; make test runs these in the verl venv")
     from engine.backends.verl.config import compose_verl_config
 
     return compose_verl_config

@@ -7,7 +7,7 @@ micro-batch cut (`prepare_micro_batches`), the global token count, and verl's ow
 the registered `swarm_*` loss. The FSDP forward is replaced by a stand-in "model" (a per-token log-prob
 that is a differentiable function of the token and its position), applied identically on both sides; the
 sum over micro-batches, averaged over ranks as FSDP averages gradients, must equal the project's loss on
-the same mini-batch (values and gradients). Needs verl (CPU is enough): `make test-verl`.
+the same mini-batch (values and gradients). Needs verl (CPU is enough): `make test` runs it in the verl venv.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-pytest.importorskip("verl", reason="verl pins transformers<5.11; run in the verl venv (make test-verl)")
+pytest.importorskip("verl", reason="verl pins transformers<5.11; make test runs these in the verl venv")
 
 from verl.utils import tensordict_utils as tu  # noqa: E402
 from verl.utils.config import omega_conf_to_dataclass  # noqa: E402
