@@ -58,8 +58,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from engine.backends.factory import GPU_INSTALL
 from engine.backends.verl.plan import (
-    GPU_INSTALL,
     Phase,
     StepMachine,
     checkpoint_due,

@@ -31,10 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.backends.factory import GPU_INSTALL
 from engine.config import SwarmConfig
 
 __all__ = [
-    "GPU_INSTALL",
     "RAY_SETUP_HOOK",
     "MiniBatch",
     "Phase",
@@ -79,9 +79,6 @@ def ray_init_kwargs(cfg: SwarmConfig, environ: Mapping[str, str]) -> dict[str, A
     if cfg.verl.ray_address:
         kwargs["address"] = cfg.verl.ray_address
     return kwargs
-
-
-GPU_INSTALL = "pip install -e '.[gpu]'"
 
 
 def preflight(cfg: SwarmConfig, *, has_vllm: bool, has_cuda: bool, has_flash_attn: bool) -> str | None:
