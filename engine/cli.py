@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from engine.config import SwarmConfig
 from engine.errors import ConfigError, ServerLost, SwarmError
+from engine.tasks.base import task_names
 from engine.teams.config import SyncMode, TeamMethod
 
 
@@ -163,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         "a task mix (mix:), or a team of models (team:)",
     )
     tr.add_argument("--config", help="TrainJob YAML (task or mix, swarm: SwarmConfig, team, eval_size, ...)")
-    tr.add_argument("--task", help="arithmetic, countdown or calculator")
+    tr.add_argument("--task", help="a built-in task: " + ", ".join(task_names()))
     tr.add_argument("--model", help="override swarm.model.name")
     tr.add_argument("--steps", type=int, help="override swarm.training.max_steps (default 10)")
     tr.add_argument(
