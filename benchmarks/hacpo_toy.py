@@ -268,7 +268,7 @@ def markdown(report: dict, agents: list[str], methods: list[str], seeds: list[in
     cmd = report["command"]
     lines = [
         "# HACPO toy reproduction (CPU)", "",
-        f"Command: `{cmd}`", f"Machine: {report['machine']['processor']}, {report['machine']['cpu_count']} cores, torch {report['machine']['torch']}; {report['compute_s'] / 60:.1f} min of runs (SFT and RL, run one at a time).", "",
+        f"Command: `{cmd}`", f"Machine: {report['machine']['processor']}, {report['machine']['cpu_count']} cores, torch {report['machine']['torch']}; {report['compute_s'] / 60:.1f} min of runs (the SFT and RL runs' wall times summed; runs that shared the machine count in full).", "",
         "Held-out greedy accuracy after RL, mean over seeds (before RL: "
         + ", ".join(f"{a} {report['before'][a]:.3f}" for a in agents) + ").", "",
         "| method | " + " | ".join(agents) + " |", "|---|" + "---|" * len(agents),
