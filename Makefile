@@ -31,9 +31,11 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # The whole suite: everything in the main venv, then the verl tests in the verl venv (below). Four
-# workers on two cores: most of the slow tests wait on subprocesses (servers, tmux, sshd, a browser).
+# workers on two cores: most of the slow tests wait on subprocesses (servers, tmux, sshd, a browser);
+# the few that judge measured time (marker `alone`) run afterwards, by themselves.
 test: $(STAMP) $(VERL_VENV)/.installed
-	$(PY) -m pytest -q -p no:cacheprovider -n 4
+	$(PY) -m pytest -q -p no:cacheprovider -n 4 -m "not alone"
+	$(PY) -m pytest -q -p no:cacheprovider -m alone
 	$(MAKE) --no-print-directory test-verl
 
 # The verl tests (config composition, DataProto, losses through verl's registries, a one-node Ray job) on
