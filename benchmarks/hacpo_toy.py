@@ -337,6 +337,7 @@ def main() -> None:
     (steps_2, lr_2), selection = select_second_sft(args, runs_root, excluded, val)
     print(f"second model's SFT budget, chosen on {len(val)} validation items: {steps_2} steps at lr {lr_2:g} ({selection})", flush=True)
 
+    # The candidates' SFT time counts once: the chosen one's is seed 0's SFT, counted in the loop below.
     sft_info, runs, compute_s = {}, {}, sum(r["sft_wall_s"] for r in selection if (r["steps"], r["lr"]) != (steps_2, lr_2))
     for seed in args.seeds:
         dirs = {
