@@ -1,6 +1,7 @@
 """Training progress files of a `vibe train` run (pure reading and the flat-reward rule).
 
-    RUN/rewards.jsonl  one line per step: step, reward_mean, reward_std, groups, flat_groups, components;
+    RUN/rewards.jsonl  one line per step: step, reward_mean, reward_std, groups, flat_groups, components,
+                       and `roles` (role -> components) for a client with ROLES;
                        a step the server trained from episodes replayed out of its pool journal after a
                        restart (not played by this invocation) has `replayed: true`, the server's reward
                        figures and no groups or components

@@ -4,12 +4,17 @@ It starts the swarm server as its own subprocess (engine.jobs.ServerProcess: loo
 exits with this process, log in RUN/server.log, which the `server` window follows) and, for a client
 with `second_server_roles`, a second one (RUN/server-2.log, window `server-2`), configures them from
 vibe.yaml, and plays B tasks x N episodes per step until `--steps` training steps are done. After every
-step it appends the rewards to RUN/rewards.jsonl and rewrites RUN/status.json; training whose every
+step it appends the rewards to RUN/rewards.jsonl (each role's own figures too, for a client with ROLES)
+and rewrites RUN/status.json; training whose every
 group had equal rewards `flat_steps` steps running is flagged there and on screen at once.
 
 With `--warm-start N` it first trains N supervised steps on the training tasks' gold answers
 (engine.training.supervised, the registry's nll loss) and starts every server from that checkpoint
 (RUN/warm_start/): the optional supervised warm start before RL.
+
+A resumed run: a server restarted in RUN trains, by itself, every full batch its pool journal gives back
+(episodes accepted but not yet checkpointed). The client waits for that before it plays, logs those steps
+as replayed rows with the server's figures, and its own plays make the next step.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import argparse
 import json
 import math
 import os
+import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
@@ -46,6 +52,29 @@ def _write_status(run_dir: Path, **status) -> None:
 
 def _read(path: Path) -> str:
     return path.read_text(errors="replace") if path.is_file() else ""
+
+
+def _append_rows(run_dir: Path, rows: list[dict]) -> None:
+    with open(run_dir / "rewards.jsonl", "a") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+
+
+def _settle(clients: list, timeout: float = 3600.0) -> int:
+    """The lowest step of the servers once none is training on its own. A restarted server first trains
+    the full batches its pool journal gave back; a server seen ROLLING has no batch ready (it checks on
+    entering ROLLING, in the same event-loop turn), so plays sent after this land in the next step."""
+    deadline = time.monotonic() + timeout
+    steps = []
+    for c in clients:
+        while (st := c.status())["state"] != "ROLLING":
+            if st.get("error"):
+                raise VibeError(f"the server failed while training its replayed episodes: {st['error']}")
+            if time.monotonic() > deadline:
+                raise VibeError(f"the server was still training replayed episodes after {timeout:.0f} s")
+            time.sleep(0.2)
+        steps.append(int(st["global_step"]))
+    return min(steps)
 
 
 RETRIES = 2  # a play that raises (a dropped connection, a flaky tool) is aborted and played again
@@ -113,7 +142,12 @@ def train(root: Path, run_dir: Path, steps: int, warm_start_steps: int = 0) -> N
                 client = stack.enter_context(servers[-1].client("vibe-train"))
                 client.configure(_server_config(job, sdir, steps, max(1, len(side))))
                 clients.append(client)
-            step = min(c.start(wait=True)["global_step"] for c in clients)
+            for c in clients:
+                c.start(wait=True)
+            step = _settle(clients)
+            logged = max((r["step"] for r in read_rewards(run_dir)), default=0)
+            if step > logged:  # a restarted server trained its journal's full batches before we played
+                _append_rows(run_dir, replayed_rows(logged, step + 1, read_run_metrics(run_dir)))
             second = {r: clients[1] for r in sides[1]} if len(sides) > 1 else {}
             pool = stack.enter_context(ThreadPoolExecutor(job.concurrency))
             print(f"[vibe] {len(clients)} server(s) ROLLING at step {step}: {job.swarm.model.name}, {B} tasks x {N} "
@@ -134,9 +168,7 @@ def train(root: Path, run_dir: Path, steps: int, warm_start_steps: int = 0) -> N
                                     f"first: {failures[0]}")
                 before, step = step, min(c.wait_for_step(step + 1, timeout=3600)["global_step"] for c in clients)
                 if step > before + 1:  # the server also trained episodes replayed from its journal
-                    with open(run_dir / "rewards.jsonl", "a") as f:
-                        for row in replayed_rows(before, step, read_run_metrics(run_dir)):
-                            f.write(json.dumps(row) + "\n")
+                    _append_rows(run_dir, replayed_rows(before, step, read_run_metrics(run_dir)))
                 totals = [math.fsum(e["components"].values()) for e in episodes]
                 spreads = group_spreads(episodes)
                 mean, std = mean_std(totals)
@@ -144,8 +176,10 @@ def train(root: Path, run_dir: Path, steps: int, warm_start_steps: int = 0) -> N
                           "failed": len(failures), "groups": len(spreads),
                           "flat_groups": sum(1 for s in spreads.values() if s == 0.0),
                           "components": component_stats(episodes)}
-                with open(run_dir / "rewards.jsonl", "a") as f:
-                    f.write(json.dumps(record) + "\n")
+                if roles:  # each side's own figures (in a shared game the sides' win rates sum to one)
+                    record["roles"] = {r: component_stats([e for e in episodes if e["task_id"].endswith(f":{r}")])
+                                       for r in roles}
+                _append_rows(run_dir, [record])
                 print(f"[vibe] step {step}/{steps} reward {mean:.3f} +- {std:.3f} ({record['flat_groups']}/"
                       f"{record['groups']} groups without variance)", flush=True)
                 streak = flat_streak(read_rewards(run_dir))

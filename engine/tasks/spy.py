@@ -33,8 +33,8 @@ from typing import Any
 from engine.client import Episode, EpisodeGroup, SwarmClient
 
 __all__ = [
-    "GameResult", "Mode", "Player", "Role", "SpyTask", "clients_for", "dataset", "deal", "openai_speaker",
-    "parse_vote", "play", "play_episodes", "play_games", "tally", "winner",
+    "GameResult", "Mode", "Player", "Role", "SpyTask", "clients_for", "dataset", "deal", "describe_prompt",
+    "openai_speaker", "parse_vote", "play", "play_episodes", "play_games", "tally", "vote_prompt", "winner",
 ]
 
 
@@ -159,6 +159,21 @@ def _says_word(text: str, word: str) -> bool:
 Speak = Callable[[Role, str], str]
 
 
+def describe_prompt(name: str, pid: str, word: str, rnd: int, seen: list[str]) -> str:
+    """What a player is asked when its turn to describe comes: the game so far, then the instruction last
+    (a small model follows the last thing it read), with the kinds of clue a description may give."""
+    so_far = "\n".join(seen[-12:]) or "(nothing yet)"
+    return (f"Game 'Who is the spy'. You are {name} ({pid}). Round {rnd}.\nSo far:\n{so_far}\n"
+            f"Your secret word is '{word}'. Describe it in one short sentence (what it looks like, what it is "
+            f"for, where it is found) without saying '{word}'.")
+
+
+def vote_prompt(name: str, word: str, roster: str, seen: list[str]) -> str:
+    """What a player is asked when the round's descriptions are in."""
+    return (f"Game 'Who is the spy'. You are {name}; your word is '{word}'. Players: {roster}.\n"
+            + "\n".join(seen[-12:]) + "\nWho is the spy? Answer with one player's name.")
+
+
 def play(task: SpyTask, speak: Speak, rng: random.Random) -> GameResult:
     """Play one game to its end; every model call goes through `speak`."""
     players = deal(task, rng)
@@ -166,10 +181,7 @@ def play(task: SpyTask, speak: Speak, rng: random.Random) -> GameResult:
     said: list[tuple[Role, str, str, list[str]]] = []
     for rnd in range(1, task.max_rounds + 1):
         for p in [p for p in players if p.alive]:
-            seen = "\n".join(log[-12:]) or "(nothing yet)"
-            text = speak(p.role, (
-                f"Game 'Who is the spy'. You are {p.name} ({p.pid}). Your word is '{p.word}'. Round {rnd}. "
-                f"Describe your word in one short sentence without saying it.\nSo far:\n{seen}"))
+            text = speak(p.role, describe_prompt(p.name, p.pid, p.word, rnd, log))
             text = " ".join(text.split())[:200]
             said.append((p.role, p.word, text, [d[2] for d in said]))
             if _says_word(text, p.word):
@@ -181,12 +193,7 @@ def play(task: SpyTask, speak: Speak, rng: random.Random) -> GameResult:
             return GameResult(w, rnd, log, said)
         alive = [p for p in players if p.alive]
         roster = ", ".join(f"{p.name} ({p.pid})" for p in alive)
-        votes = []
-        for p in alive:
-            reply = speak(p.role, (
-                f"Game 'Who is the spy'. You are {p.name}; your word is '{p.word}'. Players: {roster}.\n"
-                + "\n".join(log[-12:]) + "\nWho is the spy? Answer with one player's name."))
-            votes.append(parse_vote(reply, alive, p))
+        votes = [parse_vote(speak(p.role, vote_prompt(p.name, p.word, roster, log)), alive, p) for p in alive]
         out = tally(votes)
         if out is not None:
             out.alive = False

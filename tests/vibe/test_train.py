@@ -48,6 +48,58 @@ def test_steps_trained_from_replayed_episodes_get_their_own_rows():
     assert flat_streak([{"groups": 2, "flat_groups": 2}, row]) == 0  # a replayed row is not "flat"
 
 
+def _tiny(root, batch: int, group: int) -> VibeJob:
+    """The client's vibe.yaml switched to the tiny model with B tasks x N plays per step; the new job."""
+    job = VibeJob.load(root / "vibe.yaml")
+    swarm = job.swarm.model_dump() | {"model": {"name": "tiny"}}
+    swarm["pool"] |= {"batch_size": batch, "group_size": group}
+    swarm["training"] |= {"mini_batch_size": batch * group, "micro_batch_size": batch * group}
+    job = VibeJob.model_validate(job.model_dump() | {"swarm": swarm})
+    (root / "vibe.yaml").write_text(job.to_yaml())
+    return job
+
+
+@pytest.mark.slow
+def test_a_restarted_run_logs_the_step_its_server_trained_from_the_journal_and_plays_the_next(qa_client, tmp_path):
+    """The resume defect end to end: a stopped run left a full batch of accepted, untrained episodes in the
+    pool journal. On restart the server trains them as step 1 by itself; the trainer waits for that,
+    gives step 1 a replayed row with the server's figures, and its own plays make step 2 (not step 1)."""
+    from engine.jobs import ServerProcess
+    from engine.training.metrics import read_run_metrics
+    from vibe.dataset import read_jsonl
+    from vibe.episode import play_task
+    from vibe.layout import CLIENT_FILE, TRAIN_FILE
+    from vibe.loader import contract_function, load_module
+    from vibe.trainer import _server_config, train
+
+    job = _tiny(qa_client, batch=2, group=2)
+    rdir = tmp_path / "run"
+    rdir.mkdir()
+    run = contract_function(load_module(qa_client, CLIENT_FILE), CLIENT_FILE)
+    tasks = read_jsonl(qa_client / TRAIN_FILE)[0]
+    # the interrupted invocation: step 1's plays accepted; a server that wants twice as many tasks never trains
+    cfg = _server_config(job, rdir, steps=2, groups_per_task=1)
+    server = ServerProcess(rdir, log_path=rdir / "first.log")
+    try:
+        with server.client("first") as client:
+            client.configure(cfg.model_copy(update={"pool": cfg.pool.model_copy(update={"batch_size": 4})}))
+            client.start(wait=True)
+            for k in range(2):
+                for _ in range(2):
+                    play_task(client, run, [], f"s0:{k}:{tasks[k]['id']}", tasks[k], job.sampling)
+            assert client.status()["global_step"] == 0
+    finally:
+        server.stop()
+
+    train(qa_client, rdir, steps=2)
+    assert read_status(rdir)["state"] == "done"
+    rows = read_rewards(rdir)
+    assert [(r["step"], r.get("replayed", False)) for r in rows] == [(1, True), (2, False)]
+    assert rows[0]["episodes"] == 4 and rows[1]["episodes"] == 4 and rows[1]["groups"] == 2
+    trained = [m for m in read_run_metrics(rdir) if "episodes" in m]
+    assert [(int(m["step"]), m["episodes"]) for m in trained] == [(1, 4.0), (2, 4.0)]  # every episode once
+
+
 def test_train_refuses_a_negative_warm_start(qa_client, tmux_socket, capsys):
     assert main(["train", str(qa_client), "--steps", "1", "--warm-start", "-1"]) == 2
     assert "--warm-start must be 0 (none) or a number of supervised steps" in capsys.readouterr().err
@@ -149,6 +201,9 @@ def test_adversarial_training_runs_each_side_on_its_own_server(tmp_path, spy_cli
         (root / "data" / "train.jsonl").read_text().splitlines())
     [rec] = read_rewards(rdir)
     assert rec["step"] == 1 and rec["episodes"] == 4 and rec["groups"] == 2  # 2 games x 2 roles
+    # each side's own figures; one side wins each game, so the sides' win means add up to the win weight
+    assert set(rec["roles"]) == {"civilian", "spy"}
+    assert rec["roles"]["civilian"]["win"]["mean"] + rec["roles"]["spy"]["win"]["mean"] == pytest.approx(0.5)
     for log, run in (("server.log", rdir), ("server-2.log", rdir / "server-2")):
         assert (rdir / log).is_file()
         metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]

@@ -2,8 +2,10 @@
 with random names, ids and seats per game. Each role is its own episode (ROLES), so the civilians' and
 the spies' calls are trained on their own side's reward.
 
-Reward per role: `win` (0.8 when the role's side wins) and `describe` (0.2 x the mean reward.score of the
+Reward per role: `win` (0.5 when the role's side wins) and `describe` (0.5 x the mean reward.score of the
 role's descriptions: hint features mentioned, the secret word never said, no copy of another player).
+In shared mode exactly one side wins every game, so the mean `win` over both roles is fixed; what the
+shared model can raise is `describe`, and each side's win rate.
 """
 
 import random
@@ -24,8 +26,8 @@ def run(llm, model, task, sampling):
         role = Role(r)
         mine = [(word, text, before) for who, word, text, before in result.descriptions if who is role]
         scores = [sum(score(_as_player(task, role, word, before), text).values()) for word, text, before in mine]
-        out[r] = {"win": 0.8 if result.winner is role else 0.0,
-                  "describe": 0.2 * (sum(scores) / len(scores) if scores else 0.0)}
+        out[r] = {"win": 0.5 if result.winner is role else 0.0,
+                  "describe": 0.5 * (sum(scores) / len(scores) if scores else 0.0)}
     return out
 
 
