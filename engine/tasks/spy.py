@@ -34,7 +34,8 @@ from engine.client import Episode, EpisodeGroup, SwarmClient
 
 __all__ = [
     "GameResult", "Mode", "Player", "Role", "SpyTask", "clients_for", "dataset", "deal", "describe_prompt",
-    "openai_speaker", "parse_vote", "play", "play_episodes", "play_games", "tally", "vote_prompt", "winner",
+    "openai_speaker", "parse_vote", "play", "play_episodes", "play_games", "says_word", "tally", "vote_prompt",
+    "winner",
 ]
 
 
@@ -151,7 +152,8 @@ def winner(players: list[Player]) -> Role | None:
     return None
 
 
-def _says_word(text: str, word: str) -> bool:
+def says_word(text: str, word: str) -> bool:
+    """Whether a description names the secret word (or its plural): the speaker is out."""
     return re.search(rf"\b{re.escape(word)}s?\b", text or "", flags=re.I) is not None
 
 
@@ -184,7 +186,7 @@ def play(task: SpyTask, speak: Speak, rng: random.Random) -> GameResult:
             text = speak(p.role, describe_prompt(p.name, p.pid, p.word, rnd, log))
             text = " ".join(text.split())[:200]
             said.append((p.role, p.word, text, [d[2] for d in said]))
-            if _says_word(text, p.word):
+            if says_word(text, p.word):
                 p.alive = False
                 log.append(f"{p.name} said the secret word and is out.")
             else:
