@@ -5,8 +5,8 @@ exits with this process, log in RUN/server.log, which the `server` window follow
 with `second_server_roles`, a second one (RUN/server-2.log, window `server-2`), configures them from
 vibe.yaml, and plays B tasks x N episodes per step until `--steps` training steps are done. After every
 step it appends the rewards to RUN/rewards.jsonl (each role's own figures too, for a client with ROLES)
-and rewrites RUN/status.json; training whose every
-group had equal rewards `flat_steps` steps running is flagged there and on screen at once.
+and rewrites RUN/status.json; training whose every group had equal rewards `flat_steps` steps running is
+flagged there and on screen at once.
 
 With `--warm-start N` it first trains N supervised steps on the training tasks' gold answers
 (engine.training.supervised, the registry's nll loss) and starts every server from that checkpoint
@@ -30,6 +30,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from engine.jobs import ServerProcess
+from engine.server.state import ServerState
 from engine.training.metrics import read_run_metrics
 from engine.training.supervised import supervise
 from vibe.config import VibeJob
@@ -67,7 +68,7 @@ def _settle(clients: list, timeout: float = 3600.0) -> int:
     deadline = time.monotonic() + timeout
     steps = []
     for c in clients:
-        while (st := c.status())["state"] != "ROLLING":
+        while (st := c.status())["state"] != ServerState.ROLLING.value:
             if st.get("error"):
                 raise VibeError(f"the server failed while training its replayed episodes: {st['error']}")
             if time.monotonic() > deadline:
