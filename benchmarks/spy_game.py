@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
 import shlex
 import shutil
@@ -147,6 +148,24 @@ def t_ci(values: list[float]) -> dict:
     return {"mean": iv.mean, "lo": iv.lo, "hi": iv.hi, "n": iv.n}
 
 
+def task_period(n_tasks: int, batch: int) -> int:
+    """Steps until the trainer plays the same tasks again: step s plays tasks s*B .. s*B+B-1 (mod n)."""
+    return n_tasks // math.gcd(n_tasks, batch)
+
+
+def same_tasks_later(rewards: list[dict], period: int, component: str = "describe") -> dict | None:
+    """The step-by-step change of `component` between a step and the step `period` later, which plays the
+    same tasks (new games): the per-step curve's own paired comparison, with its t 95% interval."""
+    by = {r["step"]: r["components"][component]["mean"] for r in rewards
+          if not r.get("replayed") and component in r["components"]}
+    pairs = [(s, s + period) for s in sorted(by) if s + period in by]
+    if len(pairs) < 2:
+        return None
+    iv = t_interval([by[b] - by[a] for a, b in pairs])
+    return {"component": component, "period": period, "pairs": pairs, "mean": iv.mean, "lo": iv.lo, "hi": iv.hi,
+            "earlier": sum(by[a] for a, _ in pairs) / len(pairs), "later": sum(by[b] for _, b in pairs) / len(pairs)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=10)
@@ -162,20 +181,30 @@ def main() -> None:
     )
     mode.add_argument("--eval-only", action="store_true",
                       help="evaluate the finished run in --client and rewrite OUT from OUT.json (no training)")
+    mode.add_argument("--report-only", action="store_true", help="rewrite OUT.md and OUT.png from OUT.json")
     args = ap.parse_args()
     root, out = Path(args.client), Path(args.out)
     run_dir = root / ".vibe" / "train"
     command = shlex.join(["python", "benchmarks/spy_game.py", *sys.argv[1:]])
-    if args.eval_only:
+    if args.report_only:
+        if not out.with_suffix(".json").exists():
+            raise SystemExit(f"--report-only needs {out}.json: train (and evaluate) first")
+        result = json.loads(out.with_suffix(".json").read_text())
+    elif args.eval_only:
         if not out.with_suffix(".json").exists() or not (run_dir / "checkpoints" / "latest").exists():
             raise SystemExit(f"--eval-only needs {out}.json and a trained run in {run_dir}: train first")
         result = json.loads(out.with_suffix(".json").read_text())
     else:
         result = train_run(args, root, run_dir, command)
-    load_before = loadavg()
-    t0 = time.time()
-    result["eval"] = evaluate(root, run_dir, args.samples)
-    result["eval"].update(command=command, machine=machine_record(load_before), wall_s=time.time() - t0)
+    if not args.report_only:
+        load_before = loadavg()
+        t0 = time.time()
+        result["eval"] = evaluate(root, run_dir, args.samples)
+        result["eval"].update(command=command, machine=machine_record(load_before), wall_s=time.time() - t0)
+    if "period" not in result:  # recorded from the client folder (older records lack it)
+        job = VibeJob.load(root / CONFIG_FILE)
+        result["period"] = task_period(len(read_jsonl(root / TRAIN_FILE)[0]), job.swarm.pool.batch_size)
+    result["same_tasks_later"] = same_tasks_later(result["rewards"], result["period"])
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(result, indent=2))
     plot(result, out.with_suffix(".png"))
@@ -204,9 +233,11 @@ def train_run(args, root: Path, run_dir: Path, command: str) -> dict:
     run_dir.mkdir(parents=True, exist_ok=True)
     t1 = time.time()
     train(root, run_dir, args.steps, args.warm_start)
+    job = VibeJob.load(root / CONFIG_FILE)
     return {
         "command": command,
         "machine": machine_record(load_before),
+        "period": task_period(len(read_jsonl(root / TRAIN_FILE)[0]), job.swarm.pool.batch_size),
         "check_s": check_s,  # None when resumed (the first invocation ran the check)
         "resumed": args.resume,
         "train_s": time.time() - t1,
@@ -257,8 +288,8 @@ def plot(result: dict, path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
-def _ci(d: dict, signed: bool = False) -> str:
-    fmt = "+.2f" if signed else ".2f"
+def _ci(d: dict, signed: bool = False, digits: int = 2) -> str:
+    fmt = f"+.{digits}f" if signed else f".{digits}f"
     if d["lo"] == float("-inf"):  # every word scored the same: t gives no interval
         return f"{d['mean']:{fmt}} (no spread)"
     return f"{d['mean']:{fmt}} [{d['lo']:{fmt}}, {d['hi']:{fmt}}]"
@@ -294,6 +325,12 @@ def markdown(result: dict, out: Path) -> str:
         *rows, "",
         f"![reward per step, and the evaluation]({out.name}.png)", "",
     ]
+    later = result.get("same_tasks_later")
+    if later:
+        lines += [f"Step s and step s + {later['period']} play the same tasks (new games, names and seats). Over the "
+                  f"{len(later['pairs'])} such pairs the mean `{later['component']}` component went from "
+                  f"{later['earlier']:.3f} to {later['later']:.3f}: paired change {_ci(later, signed=True, digits=3)} "
+                  "(t 95% over the pairs).", ""]
     ev = result.get("eval")
     if ev:
         lines += [f"## Evaluation: `{ev['command']}`", "",
