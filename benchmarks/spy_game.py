@@ -1,16 +1,20 @@
-"""Who is the spy on SmolLM2-135M through vibe: the offline game template, checked, trained, reward curves.
+"""Who is the spy on SmolLM2-135M through vibe: the offline game template, checked, trained, evaluated.
 
 What a new user does with the spy prompt and no LLM endpoint, minus tmux: `vibe new` picks the `game`
 template (one shared model plays civilians and spies, each role its own GRPO groups), `vibe check` must
 pass, then the same client process `vibe train` runs in its tmux window (`vibe.trainer.train`) trains
 `--steps` steps, optionally after a supervised warm start on the gold descriptions (`--warm-start N`).
 Per step the trainer writes the reward and its components (win, and the description score the probes
-test) to rewards.jsonl; this script plots them with their spread over the step's episodes.
+test), overall and per role, to rewards.jsonl; this script plots them.
 
-    .venv/bin/python benchmarks/spy_game.py --steps 10 --out docs/benchmarks/spy_game
+Then it evaluates the base model, the warm start and the last RL checkpoint on the same questions: 16
+sampled first-speaker descriptions per word, on the training words and on the held-out test words, with
+t intervals over words (`--eval-only` reruns just that; `--report-only` rewrites the page from OUT.json).
 
-One run, one seed: a curve to watch training move, not a comparison (no claim that one setting beats
-another is made from it). The committed run, and what it shows: docs/benchmarks/spy_game.md.
+    .venv/bin/python benchmarks/spy_game.py --steps 15 --warm-start 10 --out docs/benchmarks/spy_game
+
+One run, one seed: intervals are over words within the run, not over seeds. The committed run, and what
+it shows: docs/benchmarks/spy_game.md.
 """
 
 from __future__ import annotations

@@ -5,12 +5,14 @@ training step, train) is in test_train.py."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
-from vibe.check import check
+from vibe.check import check, load_report
 from vibe.cli import main
 from vibe.flags import Severity
+from vibe.layout import ClientDir
 
 
 def set_limits(root, **check_fields):
@@ -81,6 +83,19 @@ def test_a_client_that_raises_in_its_episodes_fails_the_dry_run(qa_client):
     r = check(qa_client)
     assert r.codes(Severity.ERROR) == {"episode_failed"}
     assert "IndexError" in r.errors[0].message and "client.py" in r.errors[0].detail["traceback"]
+
+
+@pytest.mark.slow
+def test_the_shipped_spy_prompt_writes_the_game_template_offline_and_it_checks(tmp_path, capsys, monkeypatch):
+    """What the README tells a new user to run without an LLM endpoint: the spy prompt file picks the game
+    template, and `vibe new` checks it (the dry run, the probes and a training step) right away."""
+    monkeypatch.delenv("A3R_LLM_BASE_URL", raising=False)
+    prompt = Path(__file__).resolve().parents[2] / "docs" / "prompts" / "who-is-the-spy.md"
+    out = tmp_path / "spy"
+    assert main(["new", "--prompt-file", str(prompt), "--out", str(out)]) == 0
+    assert "offline template 'game'" in capsys.readouterr().out
+    report = load_report(ClientDir.open(out))
+    assert report.passed and report.stats["roles"] == ["civilian", "spy"]
 
 
 def test_new_without_a_matching_template_says_an_endpoint_is_needed(tmp_path, capsys, monkeypatch):
