@@ -16,9 +16,11 @@ from engine.tasks.spy import (
     clients_for,
     dataset,
     deal,
+    describe_prompt,
     parse_vote,
     play,
     play_games,
+    says_word,
     tally,
     winner,
 )
@@ -134,3 +136,13 @@ def test_adversarial_mode_trains_each_side_on_its_own_server(live_server):
         for client in (civ, spy):
             st = client.wait_for_step(1, timeout=120)
             assert st["episode_counts"]["ended"] == 2 and st["last_metrics"]["episodes"] == 2.0
+
+
+def test_the_describe_question_ends_with_the_instruction_and_keeps_the_last_twelve_lines():
+    first = describe_prompt("Ada Berg", "P1230", "apple", 1, [])
+    assert "So far:\n(nothing yet)\n" in first
+    assert first.endswith("Your secret word is 'apple'. Describe it in one short sentence (what it looks like, what "
+                          "it is for, where it is found) without saying 'apple'.")
+    later = describe_prompt("Ada Berg", "P1230", "apple", 2, [f"line {i}" for i in range(20)])
+    assert "line 7\n" not in later and "line 8\nline 9" in later and "line 19\nYour secret word" in later
+    assert says_word("Two Apples, red", "apple") and not says_word("pineapple juice", "apple")
