@@ -109,10 +109,15 @@ def per_word(rows: list[dict], key: str = "score") -> dict[str, float]:
     return {w: sum(v) / len(v) for w, v in by.items()}
 
 
+def t_ci(values: list[float]) -> dict:
+    """Mean, t 95% interval and count of `values`, as the report stores them."""
+    iv = t_interval(values)
+    return {"mean": iv.mean, "lo": iv.lo, "hi": iv.hi, "n": iv.n}
+
+
 def paired(a: dict[str, float], b: dict[str, float]) -> dict:
     """mean of a - b over the words both have, with its t 95% interval (words are the unit: few, so t)."""
-    iv = t_interval([a[w] - b[w] for w in sorted(a) if w in b])
-    return {"mean": iv.mean, "lo": iv.lo, "hi": iv.hi, "n": iv.n}
+    return t_ci([a[w] - b[w] for w in sorted(a) if w in b])
 
 
 def evaluate(root: Path, run_dir: Path, samples: int) -> dict:
@@ -147,11 +152,6 @@ def evaluate(root: Path, run_dir: Path, samples: int) -> dict:
             "replies": {n: rows[:: max(1, samples // 2)] for n, rows in scored.items()}}  # a few, to read
 
 
-def t_ci(values: list[float]) -> dict:
-    iv = t_interval(values)
-    return {"mean": iv.mean, "lo": iv.lo, "hi": iv.hi, "n": iv.n}
-
-
 def task_period(n_tasks: int, batch: int) -> int:
     """Steps until the trainer plays the same tasks again: step s plays tasks s*B .. s*B+B-1 (mod n)."""
     return n_tasks // math.gcd(n_tasks, batch)
@@ -165,8 +165,7 @@ def same_tasks_later(rewards: list[dict], period: int, component: str = "describ
     pairs = [(s, s + period) for s in sorted(by) if s + period in by]
     if len(pairs) < 2:
         return None
-    iv = t_interval([by[b] - by[a] for a, b in pairs])
-    return {"component": component, "period": period, "pairs": pairs, "mean": iv.mean, "lo": iv.lo, "hi": iv.hi,
+    return {"component": component, "period": period, "pairs": pairs, **t_ci([by[b] - by[a] for a, b in pairs]),
             "earlier": sum(by[a] for a, _ in pairs) / len(pairs), "later": sum(by[b] for _, b in pairs) / len(pairs)}
 
 
