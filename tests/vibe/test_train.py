@@ -125,12 +125,8 @@ def test_offline_new_check_and_train_in_tmux_with_rewards_per_step_and_a_live_fl
     said = capsys.readouterr().out
     assert "no LLM endpoint configured" in said and "offline template 'qa'" in said
     assert (qa_client / "vibe.yaml").read_text().startswith("name: arith\ndescription: Answer arithmetic")
-    job = VibeJob.load(qa_client / "vibe.yaml")
-    swarm = job.swarm.model_dump() | {"model": {"name": "tiny"}}
-    swarm["pool"] |= {"batch_size": 2, "group_size": 2}
-    swarm["training"] |= {"mini_batch_size": 4, "micro_batch_size": 4}
-    (qa_client / "vibe.yaml").write_text(
-        VibeJob.model_validate(job.model_dump() | {"swarm": swarm, "flat_steps": 2}).to_yaml())
+    job = _tiny(qa_client, batch=2, group=2)
+    (qa_client / "vibe.yaml").write_text(VibeJob.model_validate(job.model_dump() | {"flat_steps": 2}).to_yaml())
     cd = ClientDir.open(qa_client)
     assert main(["train", str(qa_client), "--steps", "3"]) == 0
     assert "checking the client first" in capsys.readouterr().out
@@ -187,11 +183,7 @@ def test_adversarial_training_runs_each_side_on_its_own_server(tmp_path, spy_cli
     from vibe.trainer import train
 
     root = spy_client(tmp_path / "spy", adversarial=True)
-    job = VibeJob.load(root / "vibe.yaml")
-    swarm = job.swarm.model_dump() | {"model": {"name": "tiny"}}
-    swarm["pool"] |= {"batch_size": 1, "group_size": 2}
-    swarm["training"] |= {"mini_batch_size": 2, "micro_batch_size": 2}
-    (root / "vibe.yaml").write_text(VibeJob.model_validate(job.model_dump() | {"swarm": swarm}).to_yaml())
+    _tiny(root, batch=1, group=2)
     rdir = tmp_path / "run"
     rdir.mkdir()
     train(root, rdir, steps=1, warm_start_steps=2)
