@@ -57,6 +57,12 @@ class MicroForward:
     entropy_BT: torch.Tensor | None  # (B, T')
 
 
+def at_least_float32(t: torch.Tensor) -> torch.Tensor:
+    """Log-softmax in at least float32: half-precision logits are upcast, a float64 model keeps float64 (the
+    accumulation tests compare gradients in float64, where summation order costs ~1e-16, not ~1e-7)."""
+    return t if t.dtype == torch.float64 else t.float()
+
+
 class TorchTrainer:
     def __init__(self, model: torch.nn.Module, pad_id: int, cfg: SwarmConfig) -> None:
         self.model = model
@@ -102,8 +108,8 @@ class TorchTrainer:
         if need_ref:
             with torch.no_grad(), self._reference():
                 ref_logits = trainable_logits(self.model, c, plan, self.cache_kwarg)
-                ref_logp = scatter_rows(sel, token_logprobs(ref_logits.float()[None], targets_1N)[0])
-        logits_1NV = trainable_logits(self.model, c, plan, self.cache_kwarg).float()[None]
+                ref_logp = scatter_rows(sel, token_logprobs(at_least_float32(ref_logits)[None], targets_1N)[0])
+        logits_1NV = at_least_float32(trainable_logits(self.model, c, plan, self.cache_kwarg))[None]
         ent = None
         if entropy and self.loss_cfg.entropy_coef > 0:
             ent = scatter_rows(sel, entropy_from_logits(logits_1NV)[0])
