@@ -35,7 +35,11 @@ CLIENT = textwrap.dedent(
 
 
 def test_client_killed_mid_episode(live_server):
-    srv = live_server(SwarmConfig(episodes={"idle_timeout_s": 3.0}))
+    # The idle deadline is long while the client lives, however slowly a loaded machine starts it (a 3 s deadline
+    # once expired the episode while the client was still importing the OpenAI SDK). Once the client is dead the
+    # test shortens the deadline to zero: the episode has then been idle longer than any deadline, and the sweep
+    # (at most every second) must expire it. Assigning the float is atomic; the sweep reads it on its next pass.
+    srv = live_server(SwarmConfig(episodes={"idle_timeout_s": 600.0}))
     proc = subprocess.Popen([sys.executable, "-c", CLIENT, srv.url, ADMIN_TOKEN], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "CALLED"
@@ -43,14 +47,16 @@ def test_client_killed_mid_episode(live_server):
             assert c.status()["episodes_live"] == 1
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait()
-            deadline = time.monotonic() + 10
+            srv.server.episodes.idle_timeout_s = 0.0
+            deadline = time.monotonic() + 30
             while c.status()["episodes_live"] and time.monotonic() < deadline:
                 time.sleep(0.1)
             st = c.status()
             assert st["state"] == "ROLLING"
             assert st["episodes_live"] == 0 and st["episode_counts"]["expired"] == 1
             assert st["pool"]["episodes"] == 0
-            # the server keeps serving other clients
+            # the server keeps serving other clients (with the long deadline back, so this one cannot idle out)
+            srv.server.episodes.idle_timeout_s = 600.0
             with c.episode("after") as ep:
                 ep.openai().chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=2)
                 assert ep.end(1.0).accepted
