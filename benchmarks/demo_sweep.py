@@ -57,7 +57,8 @@ from a3r.leader.knobs import set_dotted  # noqa: E402
 from a3r.report import eval_items_of, question_of  # noqa: E402
 from a3r.worker.metrics import parse_metric_bytes  # noqa: E402
 from benchmarks.common import loadavg, machine_record  # noqa: E402
-from engine.jobs import TrainJob, train  # noqa: E402
+from engine.jobs import TrainJob  # noqa: E402
+from engine.launch import train  # noqa: E402
 
 SEED_PATH = "seed"  # where the leader's blueprints put each run's seed (stage_blueprints: seed_path="seed")
 RUN_RECORD = "sweep_run.json"

@@ -1,6 +1,6 @@
 """GPU smoke test of the GPU backends: a few steps of arithmetic each, then a resume.
 
-For each backend asked for (default: vllm and verl), a real `engine.jobs.train` run (swarm server
+For each backend asked for (default: vllm and verl), a real `engine.launch.train` run (swarm server
 subprocess + arithmetic client) on this CUDA machine:
 1. trains `--steps` optimizer steps with checkpoints every step;
 2. checks that every step recorded a reward (metrics.jsonl has reward_mean) and that the trained weights
@@ -81,7 +81,8 @@ def _metrics(run_dir: Path) -> list[dict]:
 
 def smoke(backend: str, args: argparse.Namespace, root: Path) -> dict:
     from engine.config import SwarmConfig
-    from engine.jobs import TrainJob, train
+    from engine.jobs import TrainJob
+    from engine.launch import train
     from engine.models.loader import resolve_model_dir
 
     run_dir = root / backend

@@ -48,7 +48,8 @@ if str(REPO) not in sys.path:
 from a3r.analysis import t_interval  # noqa: E402
 from benchmarks.common import loadavg, machine_record  # noqa: E402
 from engine.config import ModelConfig, SwarmConfig  # noqa: E402
-from engine.jobs import ServerProcess, TrainJob, evaluate, train  # noqa: E402
+from engine.jobs import ServerProcess, TrainJob, evaluate  # noqa: E402
+from engine.launch import train  # noqa: E402
 from engine.tasks import get_task  # noqa: E402
 from engine.tasks.arithmetic import Arithmetic  # noqa: E402
 from engine.tasks.base import HELD_OUT_SEED, Item, split_items  # noqa: E402

@@ -1,6 +1,6 @@
 """Evidence of real learning: SmolLM2-135M on arithmetic, held-out greedy accuracy over training, several seeds.
 
-Each seed is a full `engine.jobs.train` run (a real swarm server subprocess + the arithmetic task client):
+Each seed is a full `engine.launch.train` run (a real swarm server subprocess + the arithmetic task client):
 held-out greedy accuracy before training, every `--eval-every` steps, and after the fixed step budget.
 The improvement is compared with the seed-to-seed spread; the learning curves are plotted.
 
@@ -27,7 +27,8 @@ if str(REPO) not in sys.path:
 
 from benchmarks.common import loadavg, machine_record  # noqa: E402
 from engine.config import SwarmConfig  # noqa: E402
-from engine.jobs import TrainJob, train  # noqa: E402
+from engine.jobs import TrainJob  # noqa: E402
+from engine.launch import train  # noqa: E402
 
 
 def job_for(seed: int, args: argparse.Namespace) -> TrainJob:

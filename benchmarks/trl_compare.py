@@ -6,7 +6,7 @@ arithmetic prompts (engine.tasks.arithmetic, same seed, same order, chat format)
 prompts per step B, reply budget, sampling temperature, learning rate, optimizer (AdamW with torch's fused
 kernel on all three sides, constant lr, grad clip 1.0), loss family and reward function (`Arithmetic.reward`), for the same number of steps.
 
-- ours: `engine.jobs.train(TrainJob)`, unmodified: it starts a real `swarm serve` subprocess on loopback
+- ours: `engine.jobs.train_single(TrainJob)`, unmodified: it starts a real `swarm serve` subprocess on loopback
   and runs the arithmetic client (B*G concurrent episodes over HTTP per step). Algorithm: `grpo` advantages
   + `ppo_clip`, token_mean, kl_coef=0, 1 PPO epoch, mini-batch B*G, micro-batch --micro. Checkpoints off
   (TRL saves none either).
@@ -131,7 +131,7 @@ def server_process(run_dir: Path):
 
 # -- ours --------------------------------------------------------------------------------------------
 def run_ours(args, items: list[Item], run_dir: Path, baton: Baton | None, out: dict) -> None:
-    """engine.jobs.train with timing hooks: per step, episode (generation) time and wait-for-step time."""
+    """engine.jobs.train_single with timing hooks: per step, episode (generation) time and wait-for-step time."""
     import psutil
 
     steps: list[dict] = []
@@ -218,7 +218,7 @@ def run_ours(args, items: list[Item], run_dir: Path, baton: Baton | None, out: d
     jobs.run_episodes, SwarmClient.wait_for_step = timed_run, timed_wait
     try:
         t = time.perf_counter()
-        jobs.train(job, run_dir)
+        jobs.train_single(job, run_dir)
         out["total_s"] = time.perf_counter() - t
         metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
         for s, m in zip(steps, metrics, strict=False):

@@ -7,13 +7,14 @@ import json
 import os
 import sys
 import time
+from importlib.metadata import entry_points
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from engine.config import SwarmConfig
 from engine.errors import ConfigError, ServerLost, SwarmError
-from engine.tasks.base import task_names
+from engine.tasks import task_names
 from engine.teams.config import SyncMode, TeamMethod
 
 
@@ -62,30 +63,22 @@ def _cmd_top(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_dashboard(args: argparse.Namespace) -> int:
-    from a3r.dashboard import build_config, serve
-    from a3r.exceptions import ConfigError as DashboardConfigError
-
-    token = args.token or os.environ.get("SWARM_ADMIN_TOKEN")
-    try:
-        cfg = build_config(
-            workspace=args.workspace,
-            swarm=[{"url": args.url, "token": token}],
-            host=args.host,
-            port=args.port,
-            token=args.dashboard_token,
-        )
-    except DashboardConfigError as e:
-        print(f"swarm: {e}", file=sys.stderr)
-        return 2
-    serve(cfg)
-    return 0
+def _add_plugin_commands(sub: argparse._SubParsersAction) -> None:
+    """Subcommands that packages above the engine contribute through the entry-point group `swarm.commands`
+    (each entry: a function that adds its parser to `sub`). The engine is the ground floor and imports none of
+    them; the a3r package adds `swarm dashboard` this way. A broken contributor costs its command, not `swarm`."""
+    for ep in entry_points(group="swarm.commands"):
+        try:
+            ep.load()(sub)
+        except Exception as e:  # noqa: BLE001 - any failure of a third party's code
+            print(f"swarm: the command {ep.name!r} from {ep.value} is unavailable ({e})", file=sys.stderr)
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
     import httpx
 
-    from engine.jobs import TrainJob, read_job_yaml, train
+    from engine.jobs import TrainJob, read_job_yaml
+    from engine.launch import train
 
     # Overrides that can make the file's job valid (a team's method, the task) apply before validation.
     raw = read_job_yaml(args.config) if args.config else {}
@@ -150,14 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--once", action="store_true", help="print one snapshot and exit")
     t.set_defaults(fn=_cmd_top)
 
-    d = sub.add_parser("dashboard", help="web dashboard of a server: state, pool fill, throughput, pooled episodes at token level")
-    d.add_argument("--url", default="http://127.0.0.1:10086", help="the swarm server to show")
-    d.add_argument("--token", help="its admin token (default $SWARM_ADMIN_TOKEN)")
-    d.add_argument("--workspace", default=".", help="A3R workspace whose campaigns are shown too (default .)")
-    d.add_argument("--host", default="127.0.0.1", help="dashboard bind address (default loopback; others need --dashboard-token)")
-    d.add_argument("--port", type=int, default=8765)
-    d.add_argument("--dashboard-token", default=os.environ.get("A3R_DASHBOARD_TOKEN"), help="access token of the dashboard itself")
-    d.set_defaults(fn=_cmd_dashboard)
+    _add_plugin_commands(sub)
 
     tr = sub.add_parser(
         "train", help="train a built-in task end to end (starts the server(s) and the client): one model, "

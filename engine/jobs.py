@@ -258,18 +258,16 @@ def _evaluate_mix(clients: dict[str, SwarmClient], job: TrainJob, held_out: dict
     return acc
 
 
-def train(job: TrainJob, run_dir: Path) -> dict:
-    """Run the job to `swarm.training.max_steps` and return the summary (also written to run_dir).
+def train_single(job: TrainJob, run_dir: Path) -> dict:
+    """Run a single-server job to `swarm.training.max_steps` and return the summary (also written to run_dir).
 
-    A single-server job owns its server: one that dies is restarted, up to `job.max_server_restarts`
-    times, and resumes from its last checkpoint (the server reloads it, the job continues at the server's
-    step, the metrics of retrained steps are superseded); then `ServerLost` says what happened and how to
-    resume. A team (engine.teams) runs its own servers.
+    The job owns its server: one that dies is restarted, up to `job.max_server_restarts` times, and resumes
+    from its last checkpoint (the server reloads it, the job continues at the server's step, the metrics of
+    retrained steps are superseded); then `ServerLost` says what happened and how to resume. A team's job
+    goes to `engine.teams.train` instead (`engine.launch.train` chooses).
     """
     if job.team is not None:
-        from engine.teams.train import train_team
-
-        return train_team(job, run_dir)
+        raise ConfigError("a team's job trains through engine.launch.train (engine.teams), not on one server")
     run_dir.mkdir(parents=True, exist_ok=True)
     max_steps = job.swarm.training.max_steps
     if max_steps is None:

@@ -12,9 +12,10 @@ read back from the store).
 """
 
 from a3r.leader.design import ResearchBudget, StageDesign, first_stage, next_stage
+from a3r.leader.factory import make_policy
 from a3r.leader.goals import Goal, GoalParseError, parse_goal
 from a3r.leader.graph import build_graph
-from a3r.leader.policy import Decision, OfflinePolicy, Policy, make_policy
+from a3r.leader.policy import Decision, OfflinePolicy, Policy
 from a3r.leader.runner import CampaignError, checkpoint_path, resume_campaign, run_campaign
 from a3r.leader.state import LeaderConfig
 

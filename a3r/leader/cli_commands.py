@@ -109,7 +109,7 @@ def _workspace(args: argparse.Namespace, campaign: str, *, create: bool):
 
 
 def _policy(args: argparse.Namespace):
-    from a3r.leader.policy import make_policy
+    from a3r.leader.factory import make_policy
 
     return make_policy(base_url=args.llm_base_url, model=args.llm_model, offline=args.offline)
 

@@ -2,7 +2,7 @@
 
 `Policy` is the protocol the graph depends on. `OfflinePolicy` is the deterministic one (goal parser +
 experimental design + the analysis verdicts); `a3r.leader.llm.LLMPolicy` asks an OpenAI-compatible
-endpoint and validates every answer. `make_policy` picks the LLM when an endpoint is configured.
+endpoint and validates every answer. `a3r.leader.factory.make_policy` picks the LLM when an endpoint is configured.
 
 Whatever the policy, the evidence (`a3r.analysis.Evidence`) is computed from the store by the graph, and
 the report prints only those numbers: a policy chooses what to run and writes prose, never results.
@@ -19,9 +19,9 @@ from a3r.leader.design import ResearchBudget, StageDesign, first_stage, next_sta
 from a3r.leader.goals import Goal, parse_goal
 
 if TYPE_CHECKING:
-    from a3r.leader.recovery import FailedRun
+    from a3r.leader.failed_run import FailedRun
 
-__all__ = ["Decision", "OfflinePolicy", "Policy", "make_policy"]
+__all__ = ["Decision", "OfflinePolicy", "Policy"]
 
 
 class Decision(BaseModel):
@@ -108,24 +108,3 @@ def finish_reason(budget: ResearchBudget, stages: list[StageDesign], evidence: E
     else:
         why = "Nothing left to resolve within the budget: no bracket to narrow, no interval that more seeds could separate."
     return f"{why} {evidence.answer}"
-
-
-def make_policy(
-    *,
-    base_url: str | None = None,
-    api_key: str | None = None,
-    model: str | None = None,
-    offline: bool = False,
-) -> Policy:
-    """The LLM policy when an endpoint is configured (arguments, else A3R_LLM_BASE_URL / A3R_LLM_API_KEY /
-    A3R_LLM_MODEL), otherwise the offline policy. `offline=True` forces the offline one."""
-    if offline:
-        return OfflinePolicy()
-    from a3r.leader.endpoint import endpoint_from_env
-
-    endpoint = endpoint_from_env(base_url, model, api_key)
-    if endpoint is None:
-        return OfflinePolicy()
-    from a3r.leader.llm import LLMPolicy
-
-    return LLMPolicy(base_url=endpoint.base_url, api_key=endpoint.api_key, model=endpoint.model)

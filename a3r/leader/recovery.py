@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from a3r.api import Workspace
 from a3r.blueprints import deep_merge
 from a3r.fixes import propose_fix
+from a3r.leader.failed_run import FailedRun
 from a3r.leader.goals import Goal
 from a3r.leader.knobs import get_dotted, get_knob, set_dotted
 from a3r.states import FailureKind, RunState
@@ -54,24 +54,6 @@ __all__ = [
 # scheduler has already retried it), so only these reach the policy.
 REVISABLE = frozenset({FailureKind.CODE_ERROR, FailureKind.OOM, FailureKind.NAN_DIVERGENCE})
 RECORD_FILE = "revision.json"
-
-
-@dataclass(frozen=True)
-class FailedRun:
-    """What a policy sees of a run the scheduler gave up on."""
-
-    run_id: int
-    name: str  # "<arm label>-s<seed>"
-    arm: str  # the blueprint's label
-    seed: int
-    attempt: int  # number of the failed attempt
-    failure_kind: FailureKind
-    reason: str  # the classifier's one-line cause
-    log_tail: str
-    suggested_fix: str | None  # what the scheduler's rule fix for this kind would change now, if one applies
-    scheduler_note: str  # the scheduler's last decision on the run
-    fixes_tried: tuple[str, ...]  # what changed before each earlier retry
-    config: dict[str, Any]  # the failed attempt's effective engine config
 
 
 class Revision(BaseModel):

@@ -36,8 +36,10 @@ from engine.algorithms.registry import (
     Registry,
     advantage_defaults,
     advantage_names,
+    estimator_config,
     get_advantage_estimator,
     get_policy_loss,
+    policy_loss_config,
     policy_loss_defaults,
     policy_loss_names,
     register_advantage,
@@ -45,6 +47,8 @@ from engine.algorithms.registry import (
 )
 
 __all__ = [
+    "estimator_config",
+    "policy_loss_config",
     "AdvantageConfig",
     "AdvantageEstimator",
     "AlgorithmError",

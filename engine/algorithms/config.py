@@ -5,8 +5,8 @@
 - `HacpoConfig` for the dedicated HACPO API, including the baselines and ablations of specs/hacpo.md.
 
 The algorithm *names* are not fields here: the caller's config picks them (validate them against
-`advantage_names()` / `policy_loss_names()`), and `for_estimator` / `for_loss` build a config from the
-defaults the algorithm registered with (e.g. GSPO's 3e-4/4e-4 clip). Invariants are checked at
+`advantage_names()` / `policy_loss_names()`), and the registry's `estimator_config` / `policy_loss_config`
+build a config from the defaults the algorithm registered with (e.g. GSPO's 3e-4/4e-4 clip). Invariants are checked at
 construction and the messages say what to change.
 """
 
@@ -16,7 +16,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from engine.algorithms.registry import advantage_defaults, policy_loss_defaults
 from engine.errors import ConfigError
 
 __all__ = ["AdvantageConfig", "Aggregation", "HacpoConfig", "KlEstimator", "LossConfig"]
@@ -39,11 +38,6 @@ class AdvantageConfig(_Frozen):
     eps: float = Field(
         1e-6, ge=0, description="Added to the std before dividing; guards near-uniform groups."
     )
-
-    @classmethod
-    def for_estimator(cls, name: str, **overrides: Any) -> AdvantageConfig:
-        """The config an estimator registered as its default, with `overrides` on top."""
-        return cls(**{**advantage_defaults(name), **overrides})
 
 
 class LossConfig(_Frozen):
@@ -97,11 +91,6 @@ class LossConfig(_Frozen):
                 f"max_seq_len_norm is only used by agg='seq_mean_token_sum_norm', not {self.agg!r}; remove it"
             )
         return self
-
-    @classmethod
-    def for_loss(cls, name: str, **overrides: Any) -> LossConfig:
-        """The config a policy loss registered as its default (e.g. gspo: 3e-4/4e-4), with `overrides`."""
-        return cls(**{**policy_loss_defaults(name), **overrides})
 
 
 # Field values the naive-sharing baseline implies (cross samples treated as on-policy).

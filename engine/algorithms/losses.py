@@ -7,7 +7,7 @@ count it averages over, so duplicating a sample equals doubling its weight and a
 weights changes nothing. Normalisers are those of the batch given: to accumulate gradients over
 micro-batches exactly, scale each micro-batch's loss by its `aggregate_denominator` over the mini-batch's.
 
-Implemented (registered names, with the LossConfig defaults each registers; see `LossConfig.for_loss`):
+Implemented (registered names, with the LossConfig defaults each registers; see `policy_loss_config`):
 - `ppo_clip`: token-level PPO clipped surrogate, r_t = pi/pi_old per token,
   loss_t = max(-A r_t, -A clip(r_t, 1 - clip_low, 1 + clip_high)). GRPO = `grpo` advantages + this loss.
 - `dapo`: the same token-level surrogate with DAPO's loss-side choices as defaults: clip-higher
@@ -304,7 +304,7 @@ def dapo_loss(
     ref_logp_BT: torch.Tensor | None = None,
     entropy_BT: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """DAPO's policy loss: ppo_clip with clip-higher and token_mean (from `LossConfig.for_loss("dapo")`).
+    """DAPO's policy loss: ppo_clip with clip-higher and token_mean (from `policy_loss_config("dapo")`).
     Dynamic sampling is the pool's trigger policy (non-degenerate task count), not part of the loss."""
     return ppo_clip_loss(
         logp_BT=logp_BT,

@@ -20,16 +20,16 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import torch
 
+from engine.algorithms.config import AdvantageConfig, LossConfig
 from engine.algorithms.errors import DuplicateAlgorithm, SignatureMismatch, UnknownName
 
-if TYPE_CHECKING:
-    from engine.algorithms.config import AdvantageConfig, LossConfig
-
 __all__ = [
+    "estimator_config",
+    "policy_loss_config",
     "AdvantageEstimator",
     "GroupIds",
     "PolicyLoss",
@@ -185,3 +185,13 @@ def advantage_defaults(name: str) -> dict[str, Any]:
 
 def policy_loss_defaults(name: str) -> dict[str, Any]:
     return _POLICY_LOSSES.defaults(name)
+
+
+def estimator_config(name: str, **overrides: Any) -> AdvantageConfig:
+    """The config an estimator registered as its default, with `overrides` on top."""
+    return AdvantageConfig(**{**advantage_defaults(name), **overrides})
+
+
+def policy_loss_config(name: str, **overrides: Any) -> LossConfig:
+    """The config a policy loss registered as its default (e.g. gspo: 3e-4/4e-4), with `overrides` on top."""
+    return LossConfig(**{**policy_loss_defaults(name), **overrides})

@@ -8,6 +8,10 @@ from typing import Any, Protocol
 
 from engine.types import EpisodeResult
 
+# The one command that installs the GPU backends' dependencies (docs/engine.md, GPU backends: CUDA machines only);
+# the factory and the backends name it in their errors.
+GPU_INSTALL = "pip install -e '.[gpu]'"
+
 TokenCallback = Callable[[int, int], None]
 
 

@@ -6,11 +6,9 @@ becomes a ConfigError that names the one command that installs it.
 
 from __future__ import annotations
 
-from engine.backends.base import Backend
+from engine.backends.base import GPU_INSTALL, Backend
 from engine.config import SwarmConfig
 from engine.errors import ConfigError
-
-GPU_INSTALL = "pip install -e '.[gpu]'"  # docs/engine.md, GPU backends: on a CUDA machine only
 
 
 def _missing(backend: str, e: ImportError) -> ConfigError:

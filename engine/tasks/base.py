@@ -79,24 +79,3 @@ def split_items(
                 f"task {task.name!r} cannot supply {n_train} training problems outside its held-out set"
             )
         m *= 2
-
-
-def _registry() -> dict[str, Task]:
-    from engine.tasks.arithmetic import Arithmetic
-    from engine.tasks.calculator import CalculatorAgent
-    from engine.tasks.countdown import Countdown
-    from engine.tasks.solve_check import SolveCheck
-
-    tasks = (Arithmetic(), Arithmetic(ops="+-", name="arithmetic_pm"), Countdown(), CalculatorAgent(), SolveCheck())
-    return {t.name: t for t in tasks}
-
-
-def task_names() -> tuple[str, ...]:
-    return tuple(sorted(_registry()))
-
-
-def get_task(name: str) -> Task:
-    tasks = _registry()
-    if name not in tasks:
-        raise ConfigError(f"unknown task {name!r}; built-in tasks: {', '.join(sorted(tasks))}")
-    return tasks[name]

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from engine.algorithms.config import AdvantageConfig, LossConfig
+from engine.algorithms.registry import estimator_config
 from engine.config import SwarmConfig
 
 
 def advantage_config(cfg: SwarmConfig) -> AdvantageConfig:
-    return AdvantageConfig.for_estimator(cfg.algorithm.advantage, scale_by_std=cfg.algorithm.scale_by_std)
+    return estimator_config(cfg.algorithm.advantage, scale_by_std=cfg.algorithm.scale_by_std)
 
 
 def loss_config(cfg: SwarmConfig) -> LossConfig:

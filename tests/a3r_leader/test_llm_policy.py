@@ -8,9 +8,10 @@ import pytest
 
 from a3r.analysis import RunObs, analyse
 from a3r.leader.design import ResearchBudget, first_stage
+from a3r.leader.factory import make_policy
 from a3r.leader.goals import parse_goal
 from a3r.leader.llm import LLMPolicy
-from a3r.leader.policy import OfflinePolicy, make_policy
+from a3r.leader.policy import OfflinePolicy
 from a3r.report import question_of
 
 GOAL_TEXT = "what is the smallest batch size that trains arithmetic in about 20 steps?"

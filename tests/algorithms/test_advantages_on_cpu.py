@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from engine.algorithms import AdvantageConfig, get_advantage_estimator
+from engine.algorithms import AdvantageConfig, estimator_config, get_advantage_estimator
 
 F64 = torch.float64
 # group x: rewards (1, 0, 1), mean 2/3; group y: (0, 0), uniform
@@ -51,7 +51,7 @@ def test_uniform_and_single_sample_groups_are_exactly_zero(name):
 
 def test_rloo_by_hand():
     rloo = get_advantage_estimator("rloo")
-    got = rloo(rewards_N=REWARDS, group_ids_N=GROUPS, cfg=AdvantageConfig.for_estimator("rloo"))
+    got = rloo(rewards_N=REWARDS, group_ids_N=GROUPS, cfg=estimator_config("rloo"))
     # x: 1 - (0+1)/2, 0 - (1+1)/2, 1 - (1+0)/2
     assert got.tolist() == pytest.approx([0.5, 0.0, -1.0, 0.0, 0.5])
     got = rloo(rewards_N=REWARDS, group_ids_N=GROUPS, cfg=AdvantageConfig(eps=0.0))

@@ -10,7 +10,6 @@ import torch
 from engine.algorithms import (
     CapabilityTracker,
     HacpoConfig,
-    LossConfig,
     UnknownName,
     capability_ratio,
     capability_weights,
@@ -20,6 +19,7 @@ from engine.algorithms import (
     hacpo_loss,
     hacpo_omega,
     masked_mean,
+    policy_loss_config,
     step_accuracy,
 )
 
@@ -217,7 +217,7 @@ def test_own_samples_match_gspo(scale):
         advantages_B=adv,
         mask_BT=mask,
         weights_B=torch.ones(3),
-        cfg=LossConfig.for_loss("gspo", clip_low=cfg.eps_low, clip_high=cfg.eps_high),
+        cfg=policy_loss_config("gspo", clip_low=cfg.eps_low, clip_high=cfg.eps_high),
     )
     (g_grad,) = torch.autograd.grad(g_loss, logp)
     assert h_loss.item() == pytest.approx(g_loss.item())

@@ -7,7 +7,13 @@ import math
 import pytest
 import torch
 
-from engine.algorithms import LossConfig, get_policy_loss, policy_loss_names, token_logprobs
+from engine.algorithms import (
+    LossConfig,
+    get_policy_loss,
+    policy_loss_config,
+    policy_loss_names,
+    token_logprobs,
+)
 
 F64 = torch.float64
 
@@ -18,7 +24,7 @@ def t(x, dtype=F64):
 
 def call(name, logp, old, adv, mask, weights=None, cfg=None, **extra):
     weights = torch.ones(logp.shape[0], dtype=F64) if weights is None else weights
-    cfg = LossConfig.for_loss(name) if cfg is None else cfg
+    cfg = policy_loss_config(name) if cfg is None else cfg
     return get_policy_loss(name)(
         logp_BT=logp, old_logp_BT=old, advantages_B=adv, mask_BT=mask, weights_B=weights, cfg=cfg, **extra
     )
@@ -82,7 +88,7 @@ def test_gspo_by_hand():
     # row 1 (A=-1): log ratios (log 0.8, log 0.8) -> s = 0.8 < 0.95 -> max(0.8, 0.95) = 0.95 (clipped)
     old = t([[-1.0, -2.0], [-0.5, -1.5]])
     logp = (old + t([[math.log(1.2), 0.0], [math.log(0.8), math.log(0.8)]])).requires_grad_()
-    cfg = LossConfig.for_loss("gspo", clip_low=0.05, clip_high=0.1)
+    cfg = policy_loss_config("gspo", clip_low=0.05, clip_high=0.1)
     loss, metrics = call("gspo", logp, old, ADV, torch.ones(2, 2), cfg=cfg)
     s0 = math.sqrt(1.2)
     assert loss.item() == pytest.approx((-s0 + 0.95) / 2)
@@ -107,7 +113,7 @@ def random_batch(seed, B=3, T=4, scale=0.3):
 def test_gradcheck_against_finite_differences(name, agg):
     logp, old, adv, mask = random_batch(3)
     norm = 4 if agg == "seq_mean_token_sum_norm" else None
-    cfg = LossConfig.for_loss(name, agg=agg, max_seq_len_norm=norm, kl_coef=0.1, entropy_coef=0.01)
+    cfg = policy_loss_config(name, agg=agg, max_seq_len_norm=norm, kl_coef=0.1, entropy_coef=0.01)
     ref = old + 0.1
     ent = torch.rand(3, 4, dtype=F64, requires_grad=True)
     weights = t([1.0, 0.5, 2.0])
@@ -121,7 +127,7 @@ def test_gradcheck_against_finite_differences(name, agg):
 @pytest.mark.parametrize("name", ["ppo_clip", "dapo", "gspo"])
 def test_duplicating_a_sample_equals_doubling_its_weight(name):
     for agg, norm in (("token_mean", None), ("seq_mean_token_mean", None), ("seq_mean_token_sum_norm", 4)):
-        cfg = LossConfig.for_loss(name, agg=agg, max_seq_len_norm=norm)
+        cfg = policy_loss_config(name, agg=agg, max_seq_len_norm=norm)
         logp, old, adv, mask = random_batch(4)
         doubled, _ = call(name, logp, old, adv, mask, t([2.0, 1.0, 1.0]), cfg)
         dup = torch.cat([logp, logp[:1]])
@@ -209,7 +215,7 @@ def test_one_optimizer_step_changes_the_parameters(name):
         advantages_B=torch.tensor([1.0, -1.0]),
         mask_BT=torch.ones(2, 3),
         weights_B=torch.ones(2),
-        cfg=LossConfig.for_loss(name),
+        cfg=policy_loss_config(name),
     )
     loss.backward()
     torch.optim.SGD(model.parameters(), lr=0.1).step()

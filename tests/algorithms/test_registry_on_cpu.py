@@ -9,7 +9,6 @@ import pytest
 from pydantic import ValidationError
 
 from engine.algorithms import (
-    AdvantageConfig,
     AdvantageEstimator,
     DuplicateAlgorithm,
     HacpoConfig,
@@ -19,11 +18,13 @@ from engine.algorithms import (
     SignatureMismatch,
     UnknownName,
     advantage_names,
+    estimator_config,
     get_advantage_estimator,
     get_policy_loss,
     grpo_advantages,
     gspo_loss,
     hacpo_loss,
+    policy_loss_config,
     policy_loss_defaults,
     policy_loss_names,
     register_advantage,
@@ -108,14 +109,14 @@ def test_loss_protocol_accepts_the_loss_signature_and_names_must_be_snake_case()
 
 
 def test_registered_defaults_build_configs():
-    assert LossConfig.for_loss("gspo") == LossConfig(clip_low=3e-4, clip_high=4e-4, agg="seq_mean_token_mean")
-    assert LossConfig.for_loss("dapo") == LossConfig(clip_low=0.2, clip_high=0.28, agg="token_mean")
-    assert LossConfig.for_loss("ppo_clip") == LossConfig()
-    assert LossConfig.for_loss("gspo", clip_high=1e-3).clip_high == 1e-3
-    assert AdvantageConfig.for_estimator("rloo").scale_by_std is False
-    assert AdvantageConfig.for_estimator("grpo", scale_by_std=False).scale_by_std is False
+    assert policy_loss_config("gspo") == LossConfig(clip_low=3e-4, clip_high=4e-4, agg="seq_mean_token_mean")
+    assert policy_loss_config("dapo") == LossConfig(clip_low=0.2, clip_high=0.28, agg="token_mean")
+    assert policy_loss_config("ppo_clip") == LossConfig()
+    assert policy_loss_config("gspo", clip_high=1e-3).clip_high == 1e-3
+    assert estimator_config("rloo").scale_by_std is False
+    assert estimator_config("grpo", scale_by_std=False).scale_by_std is False
     with pytest.raises(UnknownName):
-        LossConfig.for_loss("ppo")
+        policy_loss_config("ppo")
 
 
 def test_loss_config_invariants_and_round_trip():

@@ -58,7 +58,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from engine.backends.factory import GPU_INSTALL
+from engine.backends.base import GPU_INSTALL
 from engine.backends.verl.plan import (
     Phase,
     StepMachine,

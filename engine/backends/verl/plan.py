@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.backends.factory import GPU_INSTALL
+from engine.backends.base import GPU_INSTALL
 from engine.config import SwarmConfig
 
 __all__ = [

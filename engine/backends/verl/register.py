@@ -37,9 +37,9 @@ from typing import Any
 import torch
 
 from engine.algorithms import (
-    AdvantageConfig,
     LossConfig,
     advantage_names,
+    estimator_config,
     get_advantage_estimator,
     get_policy_loss,
     policy_loss_names,
@@ -170,7 +170,7 @@ def verl_advantage_estimator(name: str) -> Callable[..., tuple[torch.Tensor, tor
             )
         scale = _get(config, "norm_adv_by_std_in_grpo", None)
         overrides = {} if scale is None else {"scale_by_std": bool(scale)}
-        cfg = AdvantageConfig.for_estimator(name, **overrides)
+        cfg = estimator_config(name, **overrides)
         with torch.no_grad():
             adv_N = fn(rewards_N=token_level_rewards.sum(-1), group_ids_N=list(index), cfg=cfg)
             adv_NT = adv_N.to(token_level_rewards.dtype)[:, None] * response_mask.to(token_level_rewards.dtype)

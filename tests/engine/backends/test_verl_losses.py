@@ -13,7 +13,12 @@ pytest.importorskip("verl", reason="verl pins transformers<5.11; make test runs 
 from verl.trainer.ppo import core_algos  # noqa: E402
 from verl.utils.config import omega_conf_to_dataclass  # noqa: E402
 
-from engine.algorithms import AdvantageConfig, LossConfig, get_advantage_estimator, get_policy_loss  # noqa: E402
+from engine.algorithms import (  # noqa: E402
+    LossConfig,
+    estimator_config,
+    get_advantage_estimator,
+    get_policy_loss,
+)
 from engine.backends.verl import register  # noqa: E402  (importing registers, as verl workers do)
 from engine.backends.verl.config import compose_verl_config  # noqa: E402
 from engine.backends.verl.dataproto import pack_samples  # noqa: E402
@@ -144,7 +149,7 @@ def test_advantage_estimators_through_verls_compute_advantage_equal_ours(name, s
     )
     out = compute_advantage(dp, adv_estimator=algo.adv_estimator, norm_adv_by_std_in_grpo=scale, config=algo)
     ours = get_advantage_estimator(name)(
-        rewards_N=torch.tensor(rewards), group_ids_N=tasks, cfg=AdvantageConfig.for_estimator(name, scale_by_std=scale)
+        rewards_N=torch.tensor(rewards), group_ids_N=tasks, cfg=estimator_config(name, scale_by_std=scale)
     )
     m = tensors["response_mask"].float()
     torch.testing.assert_close(out.batch["advantages"], ours[:, None] * m, rtol=0, atol=1e-6)

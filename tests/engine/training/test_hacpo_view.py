@@ -147,13 +147,13 @@ def test_hacpo_step_does_not_depend_on_the_micro_batch_size(tok):
 
 
 def test_nll_is_the_mean_negative_log_likelihood_of_trainable_tokens():
-    from engine.algorithms import LossConfig, get_policy_loss
+    from engine.algorithms import get_policy_loss, policy_loss_config
 
     logp = torch.tensor([[-1.0, -2.0, -9.0], [-0.5, -4.0, -3.0]], requires_grad=True)
     mask = torch.tensor([[1.0, 1.0, 0.0], [0.0, 1.0, 1.0]])
     loss, m = get_policy_loss("nll")(
         logp_BT=logp, old_logp_BT=torch.zeros(2, 3), advantages_B=torch.tensor([5.0, -5.0]),
-        mask_BT=mask, weights_B=torch.tensor([1.0, 1.0]), cfg=LossConfig.for_loss("nll"),
+        mask_BT=mask, weights_B=torch.tensor([1.0, 1.0]), cfg=policy_loss_config("nll"),
     )
     assert loss.item() == pytest.approx((1 + 2 + 4 + 3) / 4) and m["pg_loss"] == pytest.approx(2.5)
     loss.backward()  # d/dlogp = -mask / 4, advantages play no part

@@ -53,7 +53,8 @@ def test_a_problem_drawn_twice_in_one_step_is_two_groups(tmp_path, monkeypatch):
     """Task ids carry the batch position: the same problem twice in a step must still give B complete
     groups of N (one group of 2N would never complete under task_count and the job would hang)."""
     from engine.config import SwarmConfig
-    from engine.jobs import TrainJob, train
+    from engine.jobs import TrainJob
+    from engine.launch import train
     from engine.tasks.arithmetic import Arithmetic
 
     original = Arithmetic.dataset
@@ -78,7 +79,8 @@ def test_a_problem_drawn_twice_in_one_step_is_two_groups(tmp_path, monkeypatch):
 def test_a_finished_job_can_drop_its_checkpoints(tmp_path):
     """Sweeps set keep_final_checkpoint: false: the results stay, the gigabytes of weights do not."""
     from engine.config import SwarmConfig
-    from engine.jobs import TrainJob, train
+    from engine.jobs import TrainJob
+    from engine.launch import train
 
     job = TrainJob(
         task="arithmetic",

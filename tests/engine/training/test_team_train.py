@@ -102,11 +102,11 @@ def test_hacpo_pair_with_two_tokenizers_trains_through_the_team_loop(tmp_path, i
 
 
 def test_the_command_line_chooses_a_teams_method_and_sync(tmp_path, monkeypatch):
-    import engine.jobs
+    import engine.launch
     from engine.cli import main
 
     seen = {}
-    monkeypatch.setattr(engine.jobs, "train", lambda job, run_dir: seen.update(job=job) or {})
+    monkeypatch.setattr(engine.launch, "train_team", lambda job, run_dir: seen.update(job=job) or {})
     team = {"agents": {"a": {"model": {"name": "tiny"}}, "b": {"model": {"name": "tiny-bytes"}}}}
     (tmp_path / "job.yaml").write_text(yaml.safe_dump({"task": "arithmetic", "team": team}))
     assert main(["train", "--config", str(tmp_path / "job.yaml"), "--method", "naive", "--run-dir", str(tmp_path / "r")]) == 0
