@@ -9,6 +9,12 @@ samples G or 2G per prompt and exchanges nothing), naive sharing sets HacpoConfi
 
 Micro-batches accumulate exactly: `hacpo_loss` is a weighted mean over sequences with a trainable token,
 so each micro-batch's loss is weighted by its share of the mini-batch's weight.
+
+A mini-batch whose gradient is exactly zero (every cross sample clipped out of the band, or no advantage
+anywhere) takes no optimizer step: AdamW would still move the weights through its momentum and weight decay
+(about 0.7 x lr per step, measured), so a "HACPO" run would be GSPO plus momentum-only steps. The step logs
+how many were skipped, and the share of cross samples inside the clip band [lo(m), 1] (which carry gradient),
+per step and per m.
 """
 
 from __future__ import annotations
@@ -60,6 +66,8 @@ class HacpoTrainer(TorchTrainer):
         per_m: dict[str, list[float]] = {}
         grad_norms: list[float] = []
         n_tokens = 0
+        skipped = 0
+        cross_seen = cross_in_band = 0.0
         m = 0
         for _ in range(t.ppo_epochs):
             for mini in minis:
@@ -92,8 +100,15 @@ class HacpoTrainer(TorchTrainer):
                         per_m.setdefault(f"own_clip_frac/m{m}", []).append(metrics["own_clip_frac"])
                     if metrics.get("cross_below_lo_frac") is not None:
                         per_m.setdefault(f"cross_below_lo_frac/m{m}", []).append(metrics["cross_below_lo_frac"])
-                grad_norms.append(self.optimizer_step())
-                per_m.setdefault(f"grad_norm/m{m}", []).append(grad_norms[-1])
+                        n_cross = float((cross[rows] & (fw.mask_BT.sum(-1) > 0)).sum())  # as the loss counts
+                        in_band = n_cross * (1.0 - metrics["cross_below_lo_frac"] - metrics.get("cross_above_1_frac", 0.0))
+                        cross_seen, cross_in_band = cross_seen + n_cross, cross_in_band + in_band
+                        per_m.setdefault(f"cross_in_band_frac/m{m}", []).append(in_band / n_cross)
+                if _has_gradient(self.params):
+                    grad_norms.append(self.optimizer_step())
+                    per_m.setdefault(f"grad_norm/m{m}", []).append(grad_norms[-1])
+                else:
+                    skipped += 1
                 m += 1
         self.optimizer.zero_grad(set_to_none=True)
         self.global_step += 1
@@ -111,6 +126,14 @@ class HacpoTrainer(TorchTrainer):
             tokens=float(n_tokens),
             grad_norm=sum(grad_norms) / max(1, len(grad_norms)),
             optimizer_steps=float(len(grad_norms)),
+            optimizer_steps_skipped=float(skipped),
             train_time_s=time.perf_counter() - t0,
         )
+        if cross_seen:
+            out["cross_in_band_frac"] = cross_in_band / cross_seen
         return out
+
+
+def _has_gradient(params: list[torch.Tensor]) -> bool:
+    """Whether any parameter's accumulated gradient is non-zero (a clipped sample contributes exact zeros)."""
+    return any(p.grad is not None and bool(torch.any(p.grad != 0)) for p in params)

@@ -146,6 +146,36 @@ def test_hacpo_step_does_not_depend_on_the_micro_batch_size(tok):
     assert math.isclose(m1["grad_norm/m1"], m4["grad_norm/m1"], rel_tol=1e-4)
 
 
+def test_a_mini_batch_without_gradient_takes_no_optimizer_step(tok):
+    """Cross samples far below the clip band carry no gradient: their mini-batch must leave the weights as the
+    own mini-batch left them (an AdamW step on a zero gradient still moves them through momentum)."""
+    from engine.backends.torch.hacpo_trainer import HacpoTrainer
+
+    loaded = load_model(ModelConfig(name="tiny-bytes"))
+    cfg = SwarmConfig(
+        model={"name": "tiny-bytes"},
+        collaboration={"agent": "a"},
+        pool={"policy": "any_client_agrees"},
+        training={"lr": 1e-2, "mini_batch_size": 4, "micro_batch_size": 2},
+    )
+    trainer = HacpoTrainer(loaded.model, loaded.tokenizer.pad_token_id, cfg)
+    after_step: list[torch.Tensor] = []
+    step = trainer.optimizer_step
+    trainer.optimizer_step = lambda: (step(), after_step.append(torch.cat([p.detach().flatten().clone() for p in trainer.params])))[0]
+    batch = []
+    for i, (text, r) in enumerate([("5", 1.0), ("41", 0.0), ("5!", 1.0), ("x", 0.0)]):
+        ids = loaded.tokenizer(text, add_special_tokens=False)["input_ids"]
+        batch.append(_own(loaded.tokenizer, f"a{i}", "t", text, r, [-3.0] * len(ids), eos=False))
+        # A source nearly sure of its reply (mean log-prob -0.01) against a random learner's ~-5.5 per byte:
+        # s = exp(lp_learner - lp_src) ~ 0.004, far below lo for every cross sample.
+        batch.append(import_sample(_shared("b", f"b{i}", "t", text[::-1] + "0", 1.0 - r, lp=-0.01), loaded.tokenizer, [], 4096))
+    metrics = trainer.train_step(batch)
+    assert metrics["optimizer_steps"] == 1 and metrics["optimizer_steps_skipped"] == 1
+    assert metrics["cross_below_lo_frac/m1"] == 1.0 and metrics["cross_in_band_frac"] == 0.0
+    final = torch.cat([p.detach().flatten() for p in trainer.params])
+    assert len(after_step) == 1 and torch.equal(final, after_step[0])
+
+
 def test_nll_is_the_mean_negative_log_likelihood_of_trainable_tokens():
     from engine.algorithms import get_policy_loss, policy_loss_config
 
