@@ -180,13 +180,18 @@ def test_bad_config_and_illegal_transitions_are_rejected(live_server):
 
 
 def test_idle_deadline_aborts_and_leaves_no_trace(live_server):
-    cfg = SwarmConfig(episodes={"idle_timeout_s": 0.4, "total_timeout_s": 60})
+    # No deadline runs while the episodes are set up (on a loaded machine the gap between begin and the first call
+    # can outlast any short one); then the deadline drops to 0.4 s, and both must expire by the sweep.
+    cfg = SwarmConfig(episodes={"idle_timeout_s": 600, "total_timeout_s": 3600})
     srv = live_server(cfg)
     with srv.client() as c:
         called = c.begin_episode("called")
         called.openai().chat.completions.create(model="tiny", messages=MSGS, max_tokens=2)
         never_called = c.begin_episode("never-called")
-        time.sleep(1.0)
+        srv.server.episodes.idle_timeout_s = 0.4  # a float assignment: the sweep reads it on its next pass
+        deadline = time.monotonic() + 30
+        while c.status()["episodes_live"] and time.monotonic() < deadline:
+            time.sleep(0.1)
         for ep in (called, never_called):
             with pytest.raises(SwarmHTTPError) as e:
                 ep.end(1.0)
@@ -197,28 +202,32 @@ def test_idle_deadline_aborts_and_leaves_no_trace(live_server):
 
 
 def test_total_deadline_expires_an_episode_that_never_idles(live_server):
-    """Calls every 0.1 s keep the episode far from its idle deadline (1.5 s), so only the total
-    deadline (3 s) can end it: it must, and not before."""
-    cfg = SwarmConfig(episodes={"idle_timeout_s": 1.5, "total_timeout_s": 3.0})
+    """Calls every 0.1 s keep the episode far from its idle deadline (4 s: a loaded machine's slowest gap between
+    calls stays well inside it), so only the total deadline (6 s) can end it: it must, and not before."""
+    idle, total = 4.0, 6.0
+    cfg = SwarmConfig(episodes={"idle_timeout_s": idle, "total_timeout_s": total})
     srv = live_server(cfg)
     with srv.client() as c:
         begun = time.monotonic()  # before the server starts the episode's clock
         busy = c.begin_episode("busy")
         llm = busy.openai(max_retries=0)
         last_ok = begun
-        while time.monotonic() - begun < 10:
+        while time.monotonic() - begun < 60:
             # A call in flight holds off the idle deadline, so only the gaps between calls count.
-            assert time.monotonic() - last_ok < 1.5, "a gap between calls was long enough to idle out"
+            assert time.monotonic() - last_ok < idle, "a gap between calls was long enough to idle out"
             try:
                 llm.chat.completions.create(model="tiny", messages=MSGS, max_tokens=1)
             except openai.NotFoundError as e:
                 assert "expired" in str(e)
+                expired_at = time.monotonic()
                 break
             last_ok = time.monotonic()
             time.sleep(0.1)
         else:
             raise AssertionError("the episode outlived its total deadline")
-        assert last_ok - begun >= 2.8  # served until (about) the total deadline: the idle one never fired
+        # Not before the total deadline (the server's clock started after `begun`), and past the idle one: only
+        # the total deadline can have ended it.
+        assert expired_at - begun >= total and last_ok - begun > idle
         st = c.status()
         assert st["episode_counts"]["expired"] == 1 and st["episodes_live"] == 0
         assert st["pool"]["episodes"] == 0
