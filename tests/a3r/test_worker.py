@@ -134,7 +134,7 @@ def test_sigkilled_worker_takes_its_job_down(setup):
     pgid = store.get_attempt(att.id).job_pgid
     w.kill()
     w.wait()
-    wait_for(lambda: not pgid_alive(pgid), timeout=5)
+    wait_for(lambda: not pgid_alive(pgid), timeout=30)
     assert store.get_attempt(att.id).state == "running", "nobody recorded it: the monitor will find it stale"
 
 
