@@ -32,9 +32,10 @@ $(STAMP): pyproject.toml
 
 # The whole suite: everything in the main venv, then the verl tests in the verl venv (below). Four
 # workers on two cores: most of the slow tests wait on subprocesses (servers, tmux, sshd, a browser);
-# the few that judge measured time (marker `alone`) run afterwards, by themselves.
+# the few that judge measured time (marker `alone`) run afterwards, by themselves. The ten slowest tests are
+# listed at the end of every run, so a test that grows is seen.
 test: $(STAMP) $(VERL_VENV)/.installed
-	$(PY) -m pytest -q -p no:cacheprovider -n 4 -m "not alone"
+	$(PY) -m pytest -q -p no:cacheprovider -n 4 -m "not alone" --durations=10
 	$(PY) -m pytest -q -p no:cacheprovider -m alone
 	$(MAKE) --no-print-directory test-verl
 
