@@ -23,8 +23,17 @@ from fastapi.staticfiles import StaticFiles
 from jinja2 import Environment, PackageLoader
 
 from a3r.dashboard.bench import bench_view
+from a3r.dashboard.bench_reports import HOW_TO_PRODUCE, bench_reports, search_patterns
+from a3r.dashboard.compare import Summary
 from a3r.dashboard.config import DashboardConfig
-from a3r.dashboard.queries import campaign_summaries, metric_export_rows, run_detail, run_table
+from a3r.dashboard.queries import (
+    campaign_summaries,
+    compare_view,
+    config_diff,
+    metric_export_rows,
+    run_detail,
+    run_table,
+)
 from a3r.dashboard.security import install_security
 from a3r.dashboard.sources import Sources
 from a3r.dashboard.swarm import SwarmProxy, UpstreamError
@@ -101,6 +110,23 @@ def report_dir(reports_dir: Path, campaign: str) -> Path | None:
     return d
 
 
+def report_summary(d: Path) -> dict[str, Any]:
+    """The answer of a report folder's `report.json` and its arms with their run ids (empty when the
+    file is missing or unreadable: the HTML report is still shown)."""
+    try:
+        data = json.loads((d / "report.json").read_text())
+    except (OSError, ValueError):
+        data = {}
+    if not isinstance(data, dict):
+        data = {}
+    arms = [
+        {k: arm.get(k) for k in ("label", "n", "mean", "lo", "hi", "status", "run_ids")}
+        for arm in data.get("arms", [])
+        if isinstance(arm, dict)
+    ]
+    return {"answer": data.get("answer"), "conclusive": data.get("conclusive"), "arms": arms}
+
+
 def create_app(cfg: DashboardConfig) -> FastAPI:
     """The dashboard as an ASGI app over the stores under `cfg.workspace` and the servers in `cfg.swarm`."""
     sources = Sources(cfg.workspace, cfg.db)
@@ -172,12 +198,21 @@ def create_app(cfg: DashboardConfig) -> FastAPI:
         run = sources.get(ws).store.get_run(id)
         return page("run", run.name, ws=ws, id=id)
 
-    @app.get("/report")
-    def report_page(ws: str, id: int):
+    def _report_of(ws: str, id: int) -> tuple[Any, Path]:
         camp = sources.get(ws).store.get_campaign(id)
         d = report_dir(cfg.reports_dir, camp.name)
         if d is None:
             raise NotFound(f"campaign {camp.name!r} has no report in {cfg.reports_dir}/{camp.name}/ yet")
+        return camp, d
+
+    @app.get("/report", response_class=HTMLResponse)
+    def report_page(ws: str, id: int):
+        camp, _d = _report_of(ws, id)
+        return page("report", f"Report of {camp.name}", ws=ws, id=id)
+
+    @app.get("/report/raw")
+    def report_raw(ws: str, id: int):
+        _camp, d = _report_of(ws, id)
         # the report is self-contained HTML: shown sandboxed, with no script and nothing fetched
         headers = {
             "Content-Security-Policy": "sandbox; default-src 'none'; img-src data:; style-src 'unsafe-inline'"
@@ -201,9 +236,13 @@ def create_app(cfg: DashboardConfig) -> FastAPI:
         for src in found:
             if src.store is not None:
                 for c in campaign_summaries(src):
-                    c["report"] = report_dir(cfg.reports_dir, c["name"]) is not None
-                    if c["report"] and c["status"] == "idle":
-                        c["status"] = "finished"
+                    d = report_dir(cfg.reports_dir, c["name"])
+                    c["report"] = d is not None
+                    if d is not None:
+                        summary = report_summary(d)
+                        c["answer"], c["conclusive"] = summary["answer"], summary["conclusive"]
+                        if c["status"] == "idle":
+                            c["status"] = "finished"
                     campaigns.append(c)
         return {
             "workspace": str(sources.root),
@@ -219,18 +258,33 @@ def create_app(cfg: DashboardConfig) -> FastAPI:
         table = run_table(src, id, time.time())
         summary = next(c for c in campaign_summaries(src) if c["id"] == id)
         d = report_dir(cfg.reports_dir, summary["name"])
-        report = None
-        if d is not None:
-            try:
-                answer = json.loads((d / "report.json").read_text())
-            except (OSError, ValueError):
-                answer = {}
-            report = {"answer": answer.get("answer"), "conclusive": answer.get("conclusive")}
-        return table | {"summary": summary, "report": report}
+        return table | {"summary": summary, "report": report_summary(d) if d is not None else None}
+
+    @app.get("/api/report")
+    def report(ws: str, id: int):
+        """The report's answer and arms (run ids), for the report page around the sandboxed HTML."""
+        camp, d = _report_of(ws, id)
+        return {"campaign": {"ws": ws, "id": camp.id, "name": camp.name}} | report_summary(d)
 
     @app.get("/api/run")
     def run(ws: str, id: int):
-        return run_detail(sources.get(ws), id, time.time())
+        src = sources.get(ws)
+        detail = run_detail(src, id, time.time())
+        detail["report"] = report_dir(cfg.reports_dir, detail["campaign"]["name"]) is not None
+        return detail
+
+    @app.get("/api/compare")
+    def compare(ws: str, id: int, metric: str = Query(min_length=1), summary: Summary = Summary.FINAL):
+        """Each run's `summary` of `metric` against the varied config values, with t intervals and
+        parameter importance (see `a3r.dashboard.compare`)."""
+        src = sources.get(ws)
+        src.store.get_campaign(id)  # NotFound for a campaign that does not exist
+        return compare_view(src, id, metric, summary)
+
+    @app.get("/api/diff")
+    def diff(ws: str, a: int, b: int):
+        """The effective configs of runs `a` and `b` side by side, and which keys differ."""
+        return config_diff(sources.get(ws), a, b)
 
     @app.get("/api/metrics")
     def metrics(ws: str, name: str = Query(min_length=1), runs: str = Query(min_length=1)):
@@ -257,7 +311,15 @@ def create_app(cfg: DashboardConfig) -> FastAPI:
 
     @app.get("/api/bench")
     def bench():
-        return bench_view(src.store for src in sources.all() if src.store is not None)
+        """Raw results from the stores, written bench reports, and how to produce either."""
+        found = sources.all()
+        view = bench_view(src.store for src in found if src.store is not None)
+        workspaces = [src.db_path.parent.parent for src in found]
+        return view | {
+            "reports": bench_reports(cfg.reports_dir, workspaces, sources.root),
+            "how_to": HOW_TO_PRODUCE,
+            "looked": search_patterns(cfg.reports_dir),
+        }
 
     @app.get("/api/swarm/{index}/status")
     async def swarm_status(index: int):

@@ -16,17 +16,24 @@ from pathlib import Path
 from typing import Any
 
 from a3r.blueprints.schema import Blueprint
+from a3r.dashboard.compare import Summary, importance, score, scores_by_value
+from a3r.dashboard.metric_kinds import ordered_metrics
 from a3r.dashboard.sources import Source
 from a3r.states import ACTIVE_ATTEMPT, RUN_TERMINAL
 from a3r.store import Attempt, Run, Store
 
 __all__ = [
     "campaign_summaries",
+    "compare_view",
+    "config_diff",
+    "logged_metrics",
     "lower_is_better",
     "metric_export_rows",
     "run_detail",
     "run_table",
+    "short_labels",
     "stage_progress",
+    "steps_done",
 ]
 
 _LOWER = ("loss", "error", "err_", "perplexity", "latency", "time")
@@ -39,6 +46,44 @@ def lower_is_better(metric: str) -> bool:
     """Whether smaller values of `metric` are better (by its name; see the module docstring)."""
     name = metric.lower()
     return any(word in name for word in _LOWER)
+
+
+def steps_done(last_step: int | None, budget_steps: int, state: str) -> int:
+    """Training steps done, for a progress bar that never passes the budget: the highest logged step
+    (engines log step k after k optimizer steps, evaluation at 0 before any), capped at the budget; a
+    run that succeeded has done its budget whatever it logged last."""
+    if state == "succeeded":
+        return budget_steps
+    return 0 if last_step is None else max(0, min(last_step, budget_steps))
+
+
+def short_labels(keys: list[str]) -> dict[str, str]:
+    """Dotted config keys -> the shortest trailing part that still tells them apart
+    ("training.optim.lr" -> "lr" unless another key also ends in "lr")."""
+    out = {}
+    for key in keys:
+        parts = key.split(".")
+        for n in range(1, len(parts) + 1):
+            tail = ".".join(parts[-n:])
+            if sum(1 for k in keys if k == tail or k.endswith("." + tail)) == 1:
+                out[key] = tail
+                break
+        else:
+            out[key] = key
+    return out
+
+
+def logged_metrics(src: Source, runs: list[Run]) -> list[str]:
+    """Every metric name any of `runs` logged (names of finished runs are remembered, not asked again)."""
+    names: set[str] = set()
+    for r in runs:
+        held = src.final_metric_names.get(r.id)
+        if held is None:
+            held = src.store.metric_names(r.id)
+            if r.state in _TERMINAL:
+                src.final_metric_names[r.id] = held
+        names.update(held)
+    return sorted(names)
 
 
 def stage_progress(runs: list[Run]) -> dict[str, Any]:
@@ -143,6 +188,7 @@ def run_table(src: Source, campaign_id: int, now: float) -> dict[str, Any]:
         pick = min if lower_is_better(bp.primary_metric) else max
         age = _heartbeat_age(cur, now)
         step = steps.get(r.id)
+        done = steps_done(step, bp.budget.steps, r.state)
         rows.append(
             {
                 "id": r.id,
@@ -158,8 +204,9 @@ def run_table(src: Source, campaign_id: int, now: float) -> dict[str, Any]:
                 "config": {k: configs[r.id].get(k) for k in columns},
                 "metric": bp.primary_metric,
                 "step": step,
+                "steps_done": done,
                 "steps": bp.budget.steps,
-                "progress": min(1.0, (step + 1) / bp.budget.steps) if step is not None else 0.0,
+                "progress": done / bp.budget.steps if bp.budget.steps else 0.0,
                 "last": points[-1][1] if points else None,
                 "best": pick(values) if values else None,
                 "failure_kind": r.failure_kind,
@@ -167,11 +214,20 @@ def run_table(src: Source, campaign_id: int, now: float) -> dict[str, Any]:
                 "updated_at": r.updated_at,
             }
         )
-    metrics = sorted({m for bp in bps.values() for m in bp.metrics})
+    primaries = Counter(bp.primary_metric for bp in bps.values())
+    primary = primaries.most_common(1)[0][0] if primaries else None
+    declared = {m for bp in bps.values() for m in bp.metrics}
+    metrics = ordered_metrics(declared | set(logged_metrics(src, runs)), primary)
+    seed_paths = {bp.seed_path for bp in bps.values() if bp.seed_path}
     return {
         "campaign": {"ws": src.key, "id": camp.id, "name": camp.name, "goal": camp.goal},
         "columns": columns,
-        "metrics": metrics,
+        "column_labels": short_labels(columns),
+        # config keys that only carry the seed: not a setting to group or compare by
+        "seed_columns": [c for c in columns if c in seed_paths],
+        "primary_metric": primary,
+        "metrics": [m["name"] for m in metrics],
+        "metric_kinds": {m["name"]: m["kind"] for m in metrics},
         "rows": rows,
     }
 
@@ -200,6 +256,7 @@ def run_detail(src: Source, run_id: int, now: float) -> dict[str, Any]:
     bp = store.blueprint_of(run)
     attempts = store.attempts(run_id)
     overrides = json.loads(run.overrides)
+    metrics = ordered_metrics(store.metric_names(run_id) or list(bp.metrics), bp.primary_metric)
     return {
         "campaign": {"ws": src.key, "id": camp.id, "name": camp.name},
         "stage": {"index": stage.index, "name": stage.name, "purpose": stage.purpose},
@@ -212,7 +269,8 @@ def run_detail(src: Source, run_id: int, now: float) -> dict[str, Any]:
             for a in attempts
         ],
         "events": [e.model_dump() for e in store.events(run_id=run_id, limit=100)],
-        "metrics": store.metric_names(run_id) or list(bp.metrics),
+        "metrics": [m["name"] for m in metrics],
+        "metric_kinds": {m["name"]: m["kind"] for m in metrics},
         "primary_metric": bp.primary_metric,
         "log_tail": _log_tail(store, attempts[-1]) if attempts else "",
         "log_attempt": attempts[-1].number if attempts else None,
@@ -224,7 +282,8 @@ def metric_export_rows(src: Source, campaign_id: int) -> list[dict[str, Any]]:
     store = src.store
     runs = store.runs(campaign_id=campaign_id)
     names = {r.id: r.name for r in runs}
-    metrics = sorted({m for bp in _blueprints(store, runs).values() for m in bp.metrics})
+    declared = {m for bp in _blueprints(store, runs).values() for m in bp.metrics}
+    metrics = sorted(declared | set(logged_metrics(src, runs)))
     rows = []
     for metric in metrics:
         for rid, points in store.metric_series_since(metric, dict.fromkeys(names)).items():
@@ -232,3 +291,67 @@ def metric_export_rows(src: Source, campaign_id: int) -> list[dict[str, Any]]:
                 {"run_id": rid, "run": names[rid], "metric": metric, "step": s, "value": v} for s, v in points
             )
     return rows
+
+
+def _flat_config(bp: Blueprint, run: Run) -> dict[str, Any]:
+    return {"task": bp.task} | _flatten(bp.effective_config(run.seed, json.loads(run.overrides)))
+
+
+def compare_view(src: Source, campaign_id: int, metric: str, how: Summary) -> dict[str, Any]:
+    """Runs of a campaign against their config values: each run's score on `metric` (`how`), the score
+    per value of each varied config key (seed keys left out) with t intervals, and parameter importance."""
+    store = src.store
+    runs = store.runs(campaign_id=campaign_id)
+    bps = _blueprints(store, runs)
+    configs = {r.id: _flat_config(bps[r.blueprint_id], r) for r in runs}
+    seed_paths = {bp.seed_path for bp in bps.values() if bp.seed_path}
+    keys = sorted({k for cfg in configs.values() for k in cfg})
+    varied = [
+        k
+        for k in keys
+        if k not in seed_paths and len({json.dumps(cfg.get(k), sort_keys=True) for cfg in configs.values()}) > 1
+    ]
+    series = src.series.get(store, metric, {r.id: len(store.attempts(r.id)) for r in runs})
+    scored = []
+    for r in runs:
+        s = score(series.get(r.id, []), how)
+        if s is not None:
+            scored.append({"id": r.id, "name": r.name, "state": r.state, "score": s} | {
+                "config": {k: configs[r.id].get(k) for k in varied}
+            })
+    values = [x["score"] for x in scored]
+    return {
+        "metric": metric,
+        "summary": how.value,
+        "lower_is_better": lower_is_better(metric),
+        "params": varied,
+        "param_labels": short_labels(varied),
+        "runs": scored,
+        "unscored": len(runs) - len(scored),
+        "by_param": {
+            k: scores_by_value([x["config"][k] for x in scored], values) for k in varied if scored
+        },
+        "importance": importance({k: [x["config"][k] for x in scored] for k in varied}, values),
+    }
+
+
+def config_diff(src: Source, a: int, b: int) -> dict[str, Any]:
+    """Two runs' flattened effective configs (plus task, seed and blueprint) and the keys that differ."""
+    store = src.store
+    out = {}
+    for rid in (a, b):
+        run = store.get_run(rid)
+        bp = store.blueprint_of(run)
+        out[rid] = (run, {"blueprint": bp.name, "seed": run.seed} | _flat_config(bp, run))
+    (ra, ca), (rb, cb) = out[a], out[b]
+    keys = sorted(set(ca) | set(cb))
+    rows = [
+        {"key": k, "a": ca.get(k), "b": cb.get(k), "same": json.dumps(ca.get(k)) == json.dumps(cb.get(k))}
+        for k in keys
+    ]
+    return {
+        "a": {"id": ra.id, "name": ra.name, "campaign_id": ra.campaign_id, "state": ra.state},
+        "b": {"id": rb.id, "name": rb.name, "campaign_id": rb.campaign_id, "state": rb.state},
+        "rows": rows,
+        "differ": sum(not r["same"] for r in rows),
+    }

@@ -58,6 +58,8 @@ class Source:
     error: str = ""
     stale_after_s: float = SchedulerConfig().stale_after  # heartbeat silence the monitor calls stale
     series: SeriesCache = field(default_factory=SeriesCache)  # the run table's primary-metric points
+    # metric names of runs in a final state (they log nothing more), so a poll asks only live runs again
+    final_metric_names: dict[int, list[str]] = field(default_factory=dict)
 
 
 class Sources:

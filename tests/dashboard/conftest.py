@@ -25,12 +25,23 @@ from a3r.store import Store
 
 
 def bp(
-    name: str, *, seeds, bs: int = 8, lr: float = 1e-5, steps: int = 10, metrics=("reward", "loss")
+    name: str,
+    *,
+    seeds,
+    bs: int = 8,
+    lr: float = 1e-5,
+    steps: int = 10,
+    metrics=("reward", "loss"),
+    seed_path: str | None = None,
 ) -> Blueprint:
+    engine_config = {"pool": {"batch_size": bs}, "training": {"lr": lr}}
+    if seed_path:
+        engine_config["training"]["seed"] = 0
     return Blueprint(
         purpose=f"purpose of {name}",
         hypothesis="batch size matters",
-        engine_config={"pool": {"batch_size": bs}, "training": {"lr": lr}},
+        engine_config=engine_config,
+        seed_path=seed_path,
         task="arithmetic",
         seeds=list(seeds),
         budget=Budget(steps=steps, wall_time_s=600),
@@ -73,6 +84,20 @@ def _points(store: Store, att, run_seed: int, bs: int, steps: range, offset: int
     return offset + len(pts)
 
 
+def eval_accuracy(seed: int, step: int, bs: int) -> float:
+    """Held-out accuracy before (step 0) and after training: bigger batches end higher."""
+    return 0.25 if step == 0 else round(0.4 + 0.03 * bs + 0.01 * seed, 6)
+
+
+def _extra_points(store: Store, att, run_seed: int, bs: int, steps: int, offset: int) -> int:
+    """Metrics a blueprint does not declare but a job logs: evaluation at the first and last step (two
+    points, as in the demo) and a timing metric every step."""
+    pts = [(s, "eval_accuracy", eval_accuracy(run_seed, s, bs)) for s in (0, steps)]
+    pts += [(s, "step_time_s", 0.5 + 0.01 * s) for s in range(steps)]
+    assert store.ingest_metrics(att.id, pts, expected_offset=offset, new_offset=offset + len(pts))
+    return offset + len(pts)
+
+
 def _finish(store: Store, run_id: int, att, state: str = "succeeded", **kw) -> None:
     assert store.finish_attempt(att.id, state, **kw)
     assert store.settle_run(
@@ -100,7 +125,7 @@ def seed_workspace(base: Path) -> Seeded:
         stage = store.create_stage(camp.id, f"stage-{si}", purpose=f"batch size {bs}")
         for r in store.add_blueprint(stage.id, bp(f"bs{bs}", seeds=(1, 2, 3), bs=bs)):
             att = _start(store, r.id, str(next(slot)), str(root / "runs" / str(r.id)), now - 100)
-            _points(store, att, r.seed, bs, range(10))
+            _extra_points(store, att, r.seed, bs, 10, _points(store, att, r.seed, bs, range(10)))
             _finish(store, r.id, att, exit_code=0, reason="done", log_tail="training finished\n")
             out.ids[f"run:{r.name}"] = r.id
     d = reports / "finished-study"
@@ -109,7 +134,24 @@ def seed_workspace(base: Path) -> Seeded:
         "<!doctype html><title>r</title><h1 id='report-title'>Report of finished-study</h1>"
     )
     (d / "report.json").write_text(
-        json.dumps({"answer": "The smallest batch size that trains is 2.", "conclusive": True})
+        json.dumps(
+            {
+                "answer": "The smallest batch size that trains is 2.",
+                "conclusive": True,
+                "arms": [
+                    {
+                        "label": f"bs={bs}",
+                        "n": 3,
+                        "mean": 0.5,
+                        "lo": 0.4,
+                        "hi": 0.6,
+                        "status": "pass",
+                        "run_ids": [out.ids[f"run:bs{bs}-s{seed}"] for seed in (1, 2, 3)],
+                    }
+                    for bs in (2, 8)
+                ],
+            }
+        )
     )
 
     # -- a live campaign -------------------------------------------------------------------------------
@@ -169,7 +211,8 @@ def seed_workspace(base: Path) -> Seeded:
     out.ids["many"] = camp.id
     stage = store.create_stage(camp.id, "grid")
     for bs in (2, 4, 8):
-        for r in store.add_blueprint(stage.id, bp(f"grid-bs{bs}", seeds=range(1, 21), bs=bs, steps=8)):
+        grid = bp(f"grid-bs{bs}", seeds=range(1, 21), bs=bs, steps=8, seed_path="training.seed")
+        for r in store.add_blueprint(stage.id, grid):
             att = _start(store, r.id, str(next(slot)), str(root / "runs" / str(r.id)), now - 10)
             _points(store, att, r.seed, bs, range(8))
             _finish(store, r.id, att, exit_code=0, reason="done")

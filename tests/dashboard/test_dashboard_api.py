@@ -15,7 +15,7 @@ from a3r.dashboard.app import parse_since, report_dir
 from a3r.dashboard.bench import bench_matrix
 from a3r.exceptions import ConfigError
 
-from .conftest import reward
+from .conftest import eval_accuracy, reward
 
 TOKEN = "t" * 24
 
@@ -56,10 +56,11 @@ def test_overview_lists_every_campaign_of_every_store_with_stage_progress(client
 def test_run_table_has_varying_config_liveness_and_last_best_values(client, seeded):
     data = _ok(client, f"/api/campaign?ws=.&id={seeded.ids['live']}")
     assert data["columns"] == ["training.lr"], "only the config keys that differ between runs are columns"
-    assert data["metrics"] == ["loss", "reward"]
+    assert data["metrics"] == ["reward", "loss"], "the primary metric first"
     rows = {r["name"]: r for r in data["rows"]}
     assert rows["lr-hi-s1"]["last"] == rows["lr-hi-s1"]["best"] == reward(1, 4, 4)
-    assert rows["lr-hi-s1"]["step"] == 4 and rows["lr-hi-s1"]["progress"] == pytest.approx(0.5)
+    assert rows["lr-hi-s1"]["step"] == 4 and rows["lr-hi-s1"]["progress"] == pytest.approx(0.4)
+    assert rows["lr-hi-s1"]["steps_done"] == 4, "step k is logged after k steps"
     assert rows["lr-hi-s2"]["attempts"] == 2 and rows["lr-hi-s2"]["state"] == "running"
     assert rows["lr-hi-s4"]["late"] and not rows["lr-hi-s1"]["late"], "liveness comes from heartbeat age"
     assert rows["lr-hi-s3"]["failure_kind"] == "code_error"
@@ -83,7 +84,7 @@ def test_run_detail_has_attempts_retries_log_tail_and_config(client, seeded):
     assert (a1["state"], a1["failure_kind"], a2["retry_of"]) == ("stale", "infrastructure", a1["id"])
     assert a2["fix"] == "infrastructure: resume from checkpoint"
     assert d["config"] == {"pool": {"batch_size": 4}, "training": {"lr": 1e-4}}
-    assert d["metrics"] == ["loss", "reward"] and d["stage"]["name"] == "sweep"
+    assert d["metrics"] == ["reward", "loss"] and d["stage"]["name"] == "sweep"
     live = _ok(client, f"/api/run?ws=.&id={seeded.run('lr-hi-s1')}")
     assert "live log line" in live["log_tail"], "a running local attempt's log is read from its file"
     failed = _ok(client, f"/api/run?ws=.&id={seeded.run('lr-hi-s3')}")
@@ -103,6 +104,101 @@ def test_exports_as_csv_and_json(client, seeded):
     assert len(points) == 60 * 8 * 2 and {p["metric"] for p in points} == {"loss", "reward"}
     live = client.get(f"/api/export/runs.csv?ws=.&id={seeded.ids['live']}").text
     assert ",'," not in live and "=" not in live, "empty cells stay empty; nothing reads as a formula"
+
+
+def test_every_logged_metric_is_listed_primary_first_by_kind_and_exported(client, seeded):
+    cid = seeded.ids["finished"]
+    data = _ok(client, f"/api/campaign?ws=.&id={cid}")
+    # eval_accuracy and step_time_s are logged but not declared by the blueprint
+    assert data["metrics"] == ["reward", "eval_accuracy", "loss", "step_time_s"]
+    assert data["metric_kinds"] == {
+        "reward": "training",
+        "eval_accuracy": "evaluation",
+        "loss": "training",
+        "step_time_s": "timing",
+    }
+    points = _ok(client, f"/api/export/metrics.json?ws=.&id={cid}")
+    assert {p["metric"] for p in points} == {"reward", "loss", "eval_accuracy", "step_time_s"}
+    assert len([p for p in points if p["metric"] == "eval_accuracy"]) == 6 * 2
+    run = _ok(client, f"/api/run?ws=.&id={seeded.run('bs2-s1')}")
+    assert run["metrics"] == data["metrics"] and run["report"] is True
+
+
+def test_progress_never_exceeds_the_budget(client, seeded):
+    # the finished runs logged eval_accuracy at step 10 of a 10-step budget (the demo's 9/8)
+    rows = _ok(client, f"/api/campaign?ws=.&id={seeded.ids['finished']}")["rows"]
+    assert {(r["steps_done"], r["steps"], r["progress"]) for r in rows} == {(10, 10, 1.0)}
+    live = {r["name"]: r for r in _ok(client, f"/api/campaign?ws=.&id={seeded.ids['live']}")["rows"]}
+    assert (live["lr-lo-s1"]["steps_done"], live["lr-lo-s1"]["progress"]) == (0, 0.0), "nothing logged yet"
+
+
+def test_compare_scores_runs_per_config_value_with_t_intervals_and_importance(client, seeded):
+    d = _ok(client, f"/api/compare?ws=.&id={seeded.ids['many']}&metric=reward")
+    assert d["params"] == ["pool.batch_size"], "the seed key varies too but is not a setting to compare"
+    assert len(d["runs"]) == 60 and d["unscored"] == 0
+    by = {g["value"]: g for g in d["by_param"]["pool.batch_size"]}
+    finals = [reward(seed, 7, 2) for seed in range(1, 21)]
+    assert by[2]["n"] == 20 and by[2]["mean"] == pytest.approx(sum(finals) / 20, abs=1e-9)
+    assert by[2]["lo"] < by[2]["mean"] < by[2]["hi"]
+    imp = d["importance"]
+    assert imp["available"] and imp["rows"][0]["param"] == "pool.batch_size"
+    # by hand: final reward = 0.2 + 0.035 bs + 0.01 seed. Between batch sizes: 20 * sum((0.035 bs - 0.16333)^2)
+    # over bs in (2, 4, 8) = 0.457333; within: 3 * 1e-4 * sum((seed - 10.5)^2 for seed 1..20) = 3 * 0.0665
+    assert imp["rows"][0]["eta_squared"] == pytest.approx(0.457333 / (0.457333 + 0.1995), rel=1e-4)
+    assert imp["rows"][0]["p"] < 0.01, "batch size explains far more than a shuffle of it"
+    auc = _ok(client, f"/api/compare?ws=.&id={seeded.ids['many']}&metric=reward&summary=auc")
+    assert auc["runs"][0]["score"] < d["runs"][0]["score"], "a rising curve's mean level is below its end"
+    few = _ok(client, f"/api/compare?ws=.&id={seeded.ids['finished']}&metric=eval_accuracy")
+    assert not few["importance"]["available"] and "needs at least 8" in few["importance"]["reason"]
+    by = {g["value"]: g for g in few["by_param"]["pool.batch_size"]}
+    assert by[8]["scores"] == [eval_accuracy(s, 10, 8) for s in (1, 2, 3)], "final = value at the last step"
+    r = client.get(f"/api/compare?ws=.&id={seeded.ids['many']}&metric=reward&summary=median")
+    assert r.status_code == 400 and "summary" in r.json()["error"]["message"]
+
+
+def test_config_diff_of_two_runs(client, seeded):
+    a, b = seeded.run("lr-hi-s1"), seeded.run("lr-lo-s1")
+    d = _ok(client, f"/api/diff?ws=.&a={a}&b={b}")
+    differ = {r["key"]: (r["a"], r["b"]) for r in d["rows"] if not r["same"]}
+    assert differ == {"training.lr": (1e-4, 1e-6), "blueprint": ("lr-hi", "lr-lo")}
+    assert d["differ"] == 2 and (d["a"]["id"], d["b"]["id"]) == (a, b)
+    assert any(r["key"] == "pool.batch_size" and r["same"] for r in d["rows"])
+    assert client.get(f"/api/diff?ws=.&a={a}&b=999").status_code == 404
+
+
+def test_overview_and_report_carry_the_answer_and_the_arms_runs(client, seeded):
+    fin = next(c for c in _ok(client, "/api/overview")["campaigns"] if c["name"] == "finished-study")
+    assert fin["answer"] == "The smallest batch size that trains is 2." and fin["conclusive"] is True
+    rep = _ok(client, f"/api/report?ws=.&id={seeded.ids['finished']}")
+    assert rep["campaign"]["name"] == "finished-study"
+    assert rep["arms"][0]["run_ids"] == [seeded.run("bs2-s1"), seeded.run("bs2-s2"), seeded.run("bs2-s3")]
+    page = client.get(f"/report?ws=.&id={seeded.ids['finished']}")
+    assert page.status_code == 200 and "/report/raw?ws=.&amp;id=" in page.text
+    raw = client.get(f"/report/raw?ws=.&id={seeded.ids['finished']}")
+    assert raw.headers["content-security-policy"].startswith("sandbox") and "report-title" in raw.text
+
+
+def test_bench_reads_committed_reports_and_says_how_to_produce_results(seeded, tmp_path):
+    import shutil
+    from pathlib import Path
+
+    committed = Path(__file__).resolve().parents[2] / "reports" / "examples" / "bench-default"
+    reports = tmp_path / "reports"
+    shutil.copytree(committed, reports / "examples" / "bench-default")
+    with TestClient(create_app(build_config(workspace=seeded.empty, reports_dir=reports)), base_url="http://127.0.0.1") as c:
+        d = _ok(c, "/api/bench")
+        assert d["cells"] == [] and len(d["reports"]) == 1
+        rep = d["reports"][0]
+        assert (rep["where"], rep["suite"], rep["error"]) == (str((reports / "examples/bench-default").resolve()), "default", "")
+        assert rep["headline"].startswith("No regression") and len(rep["table"]) > 0
+        (reports / "bench-broken").mkdir()
+        (reports / "bench-broken" / "report.json").write_text("{not json")
+        broken = next(r for r in _ok(c, "/api/bench")["reports"] if r["where"].endswith("bench-broken"))
+        assert broken["error"].startswith("cannot read report.json")
+    with TestClient(create_app(build_config(workspace=seeded.empty, reports_dir=tmp_path / "none")), base_url="http://127.0.0.1") as c:
+        d = _ok(c, "/api/bench")
+        assert d["reports"] == [] and d["how_to"] == ["a3r bench run --commits BASE..HEAD", "a3r bench report"]
+        assert all("`" not in line for line in d["how_to"] + d["looked"])
 
 
 @pytest.mark.parametrize(

@@ -1,15 +1,35 @@
-// Benchmarks page: the benchmark x commit heatmap (mean per commit relative to the benchmark's median)
-// and the latest-vs-previous table, from every store's benchmark results.
+// Benchmarks page: written `a3r bench` reports (headline and regression table), the benchmark x commit
+// heatmap (mean per commit relative to the benchmark's median) and the latest-vs-previous table from
+// every store's benchmark results; with neither, the commands that produce them.
 "use strict";
 (() => {
   const { el, replace, getJSON, fmt } = A3R;
   let heat = null;
 
+  function drawReports(reports) {
+    const cols = ["benchmark", "metric", "unit", "direction", "baseline", "candidate", "delta", "rel", "p", "verdict"];
+    const heads = ["benchmark", "metric", "unit", "better", "baseline", "candidate", "change [interval]", "relative", "p (worse)", "verdict"];
+    replace(document.getElementById("bench-reports"), reports.map((r) => el("article", { class: "bench-report", dataset: { where: r.where } },
+      el("h3", {}, r.suite ? `suite ${r.suite}` : r.where, el("span", { class: "muted" }, ` · ${r.where}`)),
+      r.error ? el("p", { class: "error" }, r.error) : [
+        el("p", { class: r.regressed ? "error headline" : "headline" }, r.headline),
+        el("p", { class: "muted" }, `baseline ${r.baseline.slice(0, 10)} · candidate ${r.candidate.slice(0, 10)} · ${r.commits.length} commit(s) measured`),
+        el("div", { class: "table-wrap" }, el("table", { class: "bench-table" },
+          el("thead", {}, el("tr", {}, heads.map((h) => el("th", {}, h)))),
+          el("tbody", {}, r.table.map((row) => el("tr", { dataset: { benchmark: `${row.benchmark}/${row.metric}` } },
+            cols.map((c) => el("td", c === "verdict" ? { class: `verdict verdict-${String(row[c]).replace(/_/g, "-")}` } : {}, row[c] ?? "–"))))))),
+      ])));
+  }
+
   A3R.poll(async () => {
     const d = await getJSON("/api/bench");
     const empty = !d.cells.length;
-    document.getElementById("bench-empty").hidden = !empty;
+    document.getElementById("bench-empty").hidden = !empty || d.reports.length > 0;
+    document.getElementById("reports-body").hidden = !d.reports.length;
     document.getElementById("bench-body").hidden = empty;
+    document.getElementById("bench-how").textContent = d.how_to.join("\n");
+    document.getElementById("bench-looked").textContent = d.looked.join(", ");
+    drawReports(d.reports);
     if (empty) return;
     if (!heat) heat = A3R.chart(document.getElementById("heatmap"));
     const rels = d.cells.map((c) => c[3]).filter((v) => v !== null);

@@ -113,36 +113,93 @@ const A3R = (() => {
   }
 
   const charts = [];
+  const dark = window.matchMedia("(prefers-color-scheme: dark)").matches; // the system setting
+  /** An ECharts chart in the page's colour scheme (ECharts' own dark theme when the system is dark). */
   function chart(node) {
-    const c = echarts.init(node, null, { renderer: "canvas" });
+    const c = echarts.init(node, dark ? "dark" : null, { renderer: "canvas" });
+    if (dark) c.setOption({ backgroundColor: "transparent" });
     charts.push(c);
     return c;
   }
   window.addEventListener("resize", () => charts.forEach((c) => c.resize()));
 
-  /** Exponential moving average, debiased like TensorBoard's; null (NaN logged) points are skipped. */
+  // An EMA of weight w averages over about 1/(1-w) points; on a short series that window would drag the
+  // last value towards the first ones (a 2-point curve's final 0.69 became 0.52), so the window is capped
+  // at a fifth of the series: series of 5 points or fewer are never smoothed.
+  const MAX_WINDOW_SHARE = 5;
+  function effectiveWeight(weight, n) {
+    return Math.max(0, Math.min(weight, 1 - MAX_WINDOW_SHARE / n));
+  }
+
+  /** Debiased exponential moving average (TensorBoard's) with the weight capped by the series' length
+   * (`effectiveWeight`); null (NaN logged) points are skipped. Returns [step, smoothed, raw] triples. */
   function smooth(points, weight) {
-    if (!weight) return points.filter((p) => p[1] !== null);
+    const kept = points.filter((p) => p[1] !== null);
+    const w = effectiveWeight(weight || 0, kept.length);
     const out = [];
     let last = 0;
     let n = 0;
-    for (const [step, v] of points) {
-      if (v === null) continue;
-      last = last * weight + (1 - weight) * v;
+    for (const [step, v] of kept) {
+      if (!w) { out.push([step, v, v]); continue; }
+      last = last * w + (1 - w) * v;
       n += 1;
-      out.push([step, last / (1 - Math.pow(weight, n))]);
+      out.push([step, last / (1 - Math.pow(w, n)), v]);
     }
     return out;
+  }
+
+  /** Append `fresh` (step, value) points to `held` in place, keeping only steps after the last one held:
+   * an answer that arrives twice (two refreshes racing) cannot duplicate points. */
+  function appendPoints(held, fresh) {
+    let last = held.length ? held[held.length - 1][0] : -Infinity;
+    for (const p of fresh) if (p[0] > last) { held.push(p); last = p[0]; }
+    return held;
+  }
+
+  /** Run async `fn` calls one after another: a call made while one runs waits for it (so two refreshes
+   * never both ask for the same points). */
+  function serial(fn) {
+    let chain = Promise.resolve();
+    return (...args) => (chain = chain.catch(() => {}).then(() => fn(...args)));
+  }
+
+  // Series shorter than this get a marker on every point (a one-point series is otherwise invisible).
+  const MARKER_POINTS = 30;
+  function markers(n) {
+    return { showSymbol: n <= MARKER_POINTS, symbol: "circle", symbolSize: 6 };
+  }
+
+  /** Axis-trigger tooltip: the step, then per series its label and its value lines from `lines(p)`. */
+  function tooltip(lines) {
+    return {
+      trigger: "axis",
+      formatter: (params) => {
+        const list = Array.isArray(params) ? params : [params];
+        const shown = list.filter((p) => p.seriesName && !/ (lo|band|hi)$/.test(p.seriesName));
+        if (!shown.length) return "";
+        const step = Array.isArray(shown[0].data) ? shown[0].data[0] : shown[0].axisValue;
+        return [`step ${escape(fmt(Math.round(Number(step))))}`, ...shown.map((p) =>
+          `${p.marker}${escape(p.seriesName)}: ${lines(p).map(escape).join(" · ")}`)].join("<br>");
+      },
+    };
+  }
+
+  /** Value axis that can be logarithmic (only when every value is positive; the caller says). */
+  function yAxis(name, log) {
+    return log ? { type: "log", name, scale: true } : { type: "value", name, scale: true };
   }
 
   // Two-sided 95% Student t quantiles for 1..30 degrees of freedom (normal beyond).
   const T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.16, 2.145,
     2.131, 2.12, 2.11, 2.101, 2.093, 2.086, 2.08, 2.074, 2.069, 2.064, 2.06, 2.056, 2.052, 2.048, 2.045, 2.042];
 
-  /** Per step over several series: [step, mean, lo, hi, n] with a 95% t interval (lo = hi = mean for n = 1). */
-  function meanInterval(seriesList) {
+  /** Per step over several series: [step, mean, lo, hi, n] with a 95% t interval (lo = hi = mean for n = 1).
+   * `col` picks the value of each point (1: the smoothed value of `smooth`'s triples, 2: the raw one). */
+  function meanInterval(seriesList, col = 1) {
     const bySteps = new Map();
-    for (const s of seriesList) for (const [step, v] of s) {
+    for (const s of seriesList) for (const p of s) {
+      const step = p[0];
+      const v = p[col];
       if (!bySteps.has(step)) bySteps.set(step, []);
       bySteps.get(step).push(v);
     }
@@ -161,5 +218,22 @@ const A3R = (() => {
     return out;
   }
 
-  return { el, replace, getJSON, url, state, escape, fmt, ago, when, badge, bar, poll, chart, smooth, meanInterval, refreshMs, body };
+  /** A <select>'s options grouped by kind: `kinds` maps each value to its group's label. */
+  function groupedOptions(select, values, kinds, current, labels) {
+    const sig = values.map((v) => `${kinds[v] || ""}:${v}`).join("\u0000");
+    if (select.dataset.sig !== sig) {
+      const groups = new Map();
+      for (const v of values) {
+        const g = kinds[v] || "";
+        if (!groups.has(g)) groups.set(g, []);
+        groups.get(g).push(el("option", { value: v, title: v }, (labels && labels[v]) || v));
+      }
+      replace(select, [...groups].map(([g, opts]) => (g ? el("optgroup", { label: g }, opts) : opts)));
+      select.dataset.sig = sig;
+    }
+    if (values.includes(current)) select.value = current;
+  }
+
+  return { el, replace, getJSON, url, state, escape, fmt, ago, when, badge, bar, poll, chart, smooth, effectiveWeight,
+    appendPoints, serial, markers, tooltip, yAxis, groupedOptions, meanInterval, refreshMs, body, dark };
 })();

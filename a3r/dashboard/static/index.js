@@ -1,5 +1,5 @@
 // Campaigns page: every campaign of every store under the workspace, with counts by state and each
-// stage's progress; refreshed live.
+// stage's progress, and the report's answer when there is one; refreshed live.
 "use strict";
 (() => {
   const { el, replace, getJSON, url, badge, bar, when } = A3R;
@@ -27,7 +27,9 @@
       el("p", { class: "muted" }, `workspace ${c.ws} · created ${when(c.created_at)} · last change ${when(c.updated_at)}`),
       el("div", { class: "progress-row" }, bar(c.total ? c.done / c.total : 0, `${c.done}/${c.total} runs finished`), counts(c)),
       stages(c),
-      c.report ? el("p", {}, el("a", { href: url("/report", { ws: c.ws, id: c.id }), class: "report-link" }, "report")) : null);
+      c.report ? el("p", { class: "answer" }, el("strong", {}, c.conclusive === false ? "Answer (not conclusive): " : "Answer: "),
+        c.answer || "the report has no answer summary", " ",
+        el("a", { href: url("/report", { ws: c.ws, id: c.id }), class: "report-link" }, "report")) : null);
   }
 
   A3R.poll(async () => {
