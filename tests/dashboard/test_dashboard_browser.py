@@ -1,10 +1,13 @@
 """End to end in headless Chromium (driven by Playwright): the dashboard over a workspace seeded with every
-data shape, and over a real swarm server. Assertions wait on elements (never sleep), and any console
-error or uncaught exception on a page fails the test."""
+data shape, and over a real swarm server, at desktop width and at a phone's 390 px (in dark mode).
+Assertions wait on elements (never sleep), and any console error or uncaught exception on a page fails
+the test."""
 
 from __future__ import annotations
 
 import re
+
+from pathlib import Path
 
 import httpx
 import pytest
@@ -12,11 +15,12 @@ import pytest
 from a3r.dashboard import build_config
 
 from .browser import INSTALL_HINT, LiveDashboard, chromium_path
-from .conftest import reward
+from .conftest import eval_accuracy, reward
 
 sync_api = pytest.importorskip("playwright.sync_api", reason=INSTALL_HINT)
 expect = sync_api.expect
 CHROMIUM = chromium_path()
+REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason=INSTALL_HINT)
 
 
@@ -37,17 +41,33 @@ def dash(seeded):
     srv.close()
 
 
-@pytest.fixture
-def page(browser):
-    """A fresh page whose console errors, uncaught exceptions and dialogs (a sign of injected script)
-    fail the test."""
-    ctx = browser.new_context()
+def _watched_page(browser, **context):
+    ctx = browser.new_context(**context)
     pg = ctx.new_page()
     pg.set_default_timeout(15_000)
     problems: list[str] = []
     pg.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
     pg.on("pageerror", lambda e: problems.append(f"page error: {e}"))
     pg.on("dialog", lambda d: (problems.append(f"dialog: {d.message}"), d.dismiss()))
+    return ctx, pg, problems
+
+
+@pytest.fixture
+def page(browser):
+    """A fresh desktop page whose console errors, uncaught exceptions and dialogs (a sign of injected
+    script) fail the test."""
+    ctx, pg, problems = _watched_page(browser, viewport={"width": 1280, "height": 900})
+    yield pg
+    ctx.close()
+    assert not problems, problems
+
+
+@pytest.fixture
+def phone(browser):
+    """The same at a phone's width (390 px) with the system set to dark mode."""
+    ctx, pg, problems = _watched_page(
+        browser, viewport={"width": 390, "height": 844}, color_scheme="dark", is_mobile=True, has_touch=True
+    )
     yield pg
     ctx.close()
     assert not problems, problems
@@ -132,7 +152,16 @@ def test_live_campaign_table_sort_filter_and_curves_that_fetch_only_new_points(p
     expect(page).to_have_url(re.compile(r"group=training.lr"))
     wait_series(page, "curves", "series.some(s => s.name === 'training.lr=0.0001 (n=3)')")
     mean = next(s for s in series(page, "curves") if s[0] == "training.lr=0.0001 (n=3)")
-    assert mean[2] == [6, 0.95], "step 6 only has run lr-hi-s1"
+    assert mean[2][:2] == [6, 0.95], "step 6 only has run lr-hi-s1"
+    # sorting by the last value puts the runs without one last, in either direction
+    page.select_option("#group", "")
+    for clicks in (1, 2):
+        page.locator("th[data-key='last']").click()
+        expect(page.locator("th[data-key='last']")).to_have_class(
+            re.compile("sorted-asc" if clicks == 1 else "sorted-desc")
+        )
+        lasts = page.locator("#runs tbody td[data-col='last']").all_inner_texts()
+        assert lasts[-3:] == ["–", "–", "–"] and "–" not in lasts[:3], lasts
 
 
 def test_run_page_shows_attempts_retries_log_metrics_and_config(page, dash, seeded):
@@ -153,15 +182,101 @@ def test_run_page_shows_attempts_retries_log_metrics_and_config(page, dash, seed
     expect(page.locator("dd[data-fact='state']")).to_contain_text("code_error")
 
 
-def test_finished_campaign_report_and_many_runs_selection(page, dash, seeded):
-    page.goto(f"{dash.url}/campaign?ws=.&id={seeded.ids['finished']}")
+def test_report_runs_and_campaign_link_to_each_other(page, dash, seeded):
+    page.goto(dash.url + "/")
+    fin = page.locator("article[data-campaign='finished-study']")
+    expect(fin.locator(".answer")).to_contain_text("Answer: The smallest batch size that trains is 2.")
+    fin.locator("h2 a").click()
     expect(page.locator("#answer")).to_have_text("The smallest batch size that trains is 2.")
     expect(page.locator("li[data-stage='stage-0'] .bar-label")).to_have_text("3/3")
-    with page.expect_popup() as popup:
-        page.locator("#report-link").click()
-    expect(popup.value.locator("#report-title")).to_have_text("Report of finished-study")
-    popup.value.close()
+    page.locator("#report-link").click()
+    expect(page.frame_locator("#report-frame").locator("#report-title")).to_have_text("Report of finished-study")
+    first = seeded.run("bs2-s1")
+    page.locator(f"tr[data-arm='bs=2'] a:text-is('{first}')").click()
+    expect(page).to_have_url(re.compile(rf"/run\?ws=.&id={first}$"))
+    page.locator("#run-report-link").click()
+    expect(page.locator("#campaign-link")).to_have_text("finished-study")
+    page.locator("#campaign-link").click()
+    expect(page.locator("#title")).to_have_text("finished-study")
 
+
+def test_every_logged_metric_markers_tooltips_smoothing_and_log_scale(page, dash, seeded):
+    page.goto(f"{dash.url}/campaign?ws=.&id={seeded.ids['finished']}")
+    expect(page.locator("#metric optgroup")).to_have_count(3)  # training, evaluation, timing
+    expect(page.locator("#metric option").first).to_have_text("reward (primary)")
+    assert page.locator("#metric optgroup[label='evaluation'] option").all_inner_texts() == ["eval_accuracy"]
+    expect(page.locator("td[data-col='progress'] .bar-label").first).to_have_text("10/10")
+    # eval_accuracy has two points per run (steps 0 and 10): drawn with markers, and smoothing leaves it as logged
+    page.select_option("#metric", "eval_accuracy")
+    page.locator("#smooth").fill("0.9")
+    wait_series(page, "curves", "series.length === 6 && series.every(s => s.data.length === 2 && s.showSymbol)")
+    last = {s[0]: s[2] for s in series(page, "curves")}
+    assert last["bs8-s1"][:3] == [10, eval_accuracy(1, 10, 8), eval_accuracy(1, 10, 8)]
+    expect(page.locator("#curve-note")).to_contain_text("smoothing window capped")
+    # a tooltip: integer step, the value formatted
+    tip = page.locator("#curves .a3r-tip")
+    page.evaluate("echarts.getInstanceByDom(document.getElementById('curves'))"
+                  ".dispatchAction({type: 'showTip', seriesIndex: 0, dataIndex: 1})")
+    expect(tip).to_contain_text("step 10")
+    expect(tip).to_contain_text(f"bs8-s1: {eval_accuracy(1, 10, 8)}")
+    # reward has 10 points: smoothed; the tooltip shows both values
+    page.select_option("#metric", "reward")
+    page.locator("#smooth").fill("0.5")
+    wait_series(page, "curves", "series.length === 6 && series[0].data[9][1] !== series[0].data[9][2]")
+    page.evaluate("echarts.getInstanceByDom(document.getElementById('curves'))"
+                  ".dispatchAction({type: 'showTip', seriesIndex: 0, dataIndex: 9})")
+    expect(tip).to_contain_text("step 9")
+    expect(tip).to_contain_text(f"raw {reward(1, 9, 8)}")
+    expect(tip).to_contain_text("smoothed ")
+    # grouped: mean, raw mean, the t interval and n
+    page.select_option("#group", "pool.batch_size")
+    wait_series(page, "curves", "series.some(s => s.name === 'pool.batch_size=8 (n=3)')")
+    idx = page.evaluate("echarts.getInstanceByDom(document.getElementById('curves')).getOption().series"
+                        ".findIndex(s => s.name === 'pool.batch_size=8 (n=3)')")
+    page.evaluate(f"echarts.getInstanceByDom(document.getElementById('curves'))"
+                  f".dispatchAction({{type: 'showTip', seriesIndex: {idx}, dataIndex: 9}})")
+    expect(tip).to_contain_text("95% t [")
+    expect(tip).to_contain_text("n=3")
+    # log scale, kept in the URL
+    page.locator("#logy").check()
+    expect(page).to_have_url(re.compile(r"log=1"))
+    page.wait_for_function("() => echarts.getInstanceByDom(document.getElementById('curves')).getOption().yAxis[0].type === 'log'")
+    # the run page: every metric, the primary first, grouped by kind, with smoothing
+    page.goto(f"{dash.url}/run?ws=.&id={seeded.run('bs8-s1')}&smooth=0.5")
+    expect(page.locator("#metric-charts .kind h3")).to_have_text(["training", "evaluation", "timing"])
+    expect(page.locator("#metric-charts figcaption").first).to_have_text("reward (primary)")
+    wait_series(page, ".chart[data-metric='eval_accuracy']", "series[0].data.length === 2 && series[0].showSymbol")
+    wait_series(page, ".chart[data-metric='reward']", "series[0].data[9][1] !== series[0].data[9][2]")
+
+
+def test_refresh_racing_a_tick_does_not_duplicate_points(page, dash, seeded):
+    """A tick in the table while the poll's request for points is still out used to fetch the same points
+    twice and append both. Requests are held here so the tick always lands inside the poll's."""
+    held, finished = [], []
+    page.route("**/api/metrics*", lambda route: held.append(route))
+    page.on("requestfinished", lambda r: finished.append(r.url) if "/api/metrics" in r.url else None)
+    page.goto(f"{dash.url}/campaign?ws=.&id={seeded.ids['many']}")
+    page.wait_for_function("() => document.querySelectorAll('#runs tbody tr').length === 60")
+    while not held:  # the poll's request for the first 40 runs is out
+        page.wait_for_timeout(20)
+    page.locator("#runs tbody input[type=checkbox]").nth(0).check()
+    released = 0
+    for _ in range(1000):  # release every request; done once the poll's and the tick's have both answered
+        while released < len(held):
+            held[released].continue_()
+            released += 1
+        one = page.evaluate("""() => { const o = echarts.getInstanceByDom(document.getElementById('curves')).getOption();
+                                     return !!o && !!o.series && o.series.length === 1; }""")
+        if len(finished) >= 2 and one:
+            break
+        page.wait_for_timeout(20)
+    page.unroute_all()
+    name = series(page, "curves")[0][0]
+    steps = page.evaluate("echarts.getInstanceByDom(document.getElementById('curves')).getOption().series[0].data.map(p => p[0])")
+    assert steps == list(range(8)), f"{name}: each step once, got {steps}"
+
+
+def test_many_runs_selection_comparison_views_and_config_diff(page, dash, seeded):
     page.goto(f"{dash.url}/campaign?ws=.&id={seeded.ids['many']}")
     expect(page.locator("#runs tbody tr")).to_have_count(60)
     expect(page.locator("#curve-note")).to_have_text("first 40 of 60 runs: tick runs below to choose")
@@ -171,25 +286,93 @@ def test_finished_campaign_report_and_many_runs_selection(page, dash, seeded):
     expect(page).to_have_url(re.compile(r"sel=\d+%2C\d+|sel=\d+,\d+"))
     wait_series(page, "curves", "series.length === 2")
     last = {s[0]: s[2] for s in series(page, "curves")}
-    assert last["grid-bs2-s1"] == [7, reward(1, 7, 2)]
+    assert last["grid-bs2-s1"][:2] == [7, reward(1, 7, 2)]
     page.fill("#filter", "bs8-s2")
     expect(page.locator("#runs tbody tr")).to_have_count(2)  # bs8-s2 and bs8-s20
+    # the seed key varies but is no setting: not offered as a grouping; long keys shown by their last part
+    assert page.locator("#group option").all_inner_texts() == ["(none: one line per run)", "batch_size"]
+    expect(page.locator("th[data-key='config.pool.batch_size']")).to_have_text("batch_size")
+    # final reward against batch size: three values, 20 runs each, mean with its t interval
+    wait_series(page, "#by-param .chart[data-param='pool.batch_size']",
+                "series[0].data.length === 60 && series[1].data.length === 3")
+    means = page.evaluate("""() => echarts.getInstanceByDom(document.querySelector("#by-param .chart[data-param='pool.batch_size']"))
+                               .getOption().series[1].data.map(d => [d[0], d[1], d[2] < d[1] && d[1] < d[3], d[4]])""")
+    expected = [sum(reward(s, 7, bs) for s in range(1, 21)) / 20 for bs in (2, 4, 8)]
+    assert [m[0] for m in means] == [0, 1, 2] and all(m[2] and m[3] == 20 for m in means)
+    assert [m[1] for m in means] == pytest.approx(expected, abs=1e-9)
+    wait_series(page, "parallel", "series[0].data.length === 60")
+    expect(page.locator("#importance tr[data-param='pool.batch_size']")).to_be_visible()
+    # area under the curve instead of the final value: kept in the URL
+    page.select_option("#summary", "auc")
+    expect(page).to_have_url(re.compile(r"summary=auc"))
+    expect(page.locator("#compare-note")).to_contain_text("area under the curve of reward")
+    # config diff of the two ticked runs (defaults to the selection): blueprint, batch size and seed differ
+    expect(page.locator("#diff-note")).to_have_text(re.compile(r"^4 of \d+ keys differ$"))
+    keys = page.locator("#diff tbody td:first-child")
+    expect(keys).to_have_text(["blueprint", "pool.batch_size", "seed", "training.seed"])
+    expect(page.locator("#diff tr[data-key='seed'] td")).to_have_text(["seed", "1", "20"])
+    page.locator("#diff-all").check()
+    expect(page.locator("#diff tr[data-key='training.lr']:not(.differs)")).to_be_visible()
 
 
-def test_benchmark_heatmap_and_empty_workspace(page, dash, seeded):
+def test_benchmark_heatmap_committed_reports_and_empty_workspace(page, dash, seeded):
     page.goto(dash.url + "/bench")
     expect(page.locator("tr[data-benchmark='engine/step_time'] .verdict")).to_have_text("regression")
     expect(page.locator("tr[data-benchmark='engine/episodes_per_s'] .verdict")).to_have_text("improvement")
     wait_series(page, "heatmap", "series[0].data.length === 6")
-    empty = LiveDashboard(build_config(workspace=seeded.empty))
+    # the repository's committed bench report (reports/examples/bench-default), with no store results
+    committed = LiveDashboard(build_config(workspace=seeded.empty, reports_dir=REPO / "reports"))
+    try:
+        page.goto(committed.url + "/bench")
+        report = page.locator("article.bench-report[data-where$='examples/bench-default']")
+        expect(report.locator(".headline")).to_contain_text("No regression of bcff6a5f8f against acfe040871")
+        expect(report.locator("tr[data-benchmark='arithmetic/final_reward'] td").first).to_have_text("arithmetic")
+        expect(page.locator("#bench-empty")).to_be_hidden()
+        page.goto("about:blank")
+    finally:
+        committed.close()
+    empty = LiveDashboard(build_config(workspace=seeded.empty, reports_dir=seeded.empty / "reports"))
     try:
         page.goto(empty.url + "/")
         expect(page.locator("#no-campaigns")).to_contain_text("No campaign yet")
         page.goto(empty.url + "/bench")
         expect(page.locator("#bench-empty")).to_be_visible()
+        expect(page.locator("#bench-how")).to_have_text("a3r bench run --commits BASE..HEAD\na3r bench report")
+        assert "`" not in page.locator("#bench-empty").inner_text()
         page.goto("about:blank")
     finally:
         empty.close()
+
+
+def test_phone_width_and_dark_mode(phone, dash, seeded):
+    """At 390 px nothing makes a page wider than the screen (wide tables scroll inside their box), and
+    with the system in dark mode the page and its charts are dark."""
+    wide = "() => document.documentElement.scrollWidth"
+    pages = [
+        ("/", "article[data-campaign='finished-study'] .answer"),
+        (f"/campaign?ws=.&id={seeded.ids['live']}", "#runs tbody tr"),
+        (f"/campaign?ws=.&id={seeded.ids['many']}", "#importance tr[data-param='pool.batch_size']"),
+        (f"/run?ws=.&id={seeded.run('lr-hi-s2')}", "#attempts tbody tr"),
+        (f"/report?ws=.&id={seeded.ids['finished']}", "#arms tbody tr"),
+        ("/bench", "#regressions tbody tr"),
+    ]
+    for path, ready in pages:
+        phone.goto(dash.url + path)
+        expect(phone.locator(ready).first).to_be_visible()
+        assert phone.evaluate(wide) <= 390, f"{path} is {phone.evaluate(wide)} px wide at 390 px"
+        bg = phone.evaluate("() => getComputedStyle(document.body).backgroundColor")
+        assert sum(map(int, re.findall(r"\d+", bg)[:3])) < 3 * 60, f"{path}: background {bg} is not dark"
+    phone.goto(f"{dash.url}/campaign?ws=.&id={seeded.ids['finished']}")
+    wait_series(phone, "curves", "series.length === 6")
+    # ECharts' dark theme draws light text: the legend's text colour is light
+    legend = phone.evaluate(
+        """() => { const c = echarts.getInstanceByDom(document.getElementById('curves')).getModel()
+                     .getComponent('legend').get('textStyle').color;
+                   const ctx = document.createElement('canvas').getContext('2d');
+                   ctx.fillStyle = c; return ctx.fillStyle; }"""  # any CSS colour as #rrggbb
+    )
+    assert sum(int(legend[i : i + 2], 16) for i in (1, 3, 5)) > 3 * 0x99, legend
+    phone.goto("about:blank")
 
 
 def test_swarm_server_page_state_pool_metrics_and_tokens(page, live_server, tmp_path):

@@ -233,7 +233,7 @@
       });
       lines = (p) => {
         const [, mean, lo, hi, n, raw] = p.data;
-        const out = [weight ? `mean ${fmt(mean)} (raw ${fmt(raw)})` : `mean ${fmt(mean)}`];
+        const out = [weight && raw !== mean ? `mean ${fmt(mean)} (raw ${fmt(raw)})` : `mean ${fmt(mean)}`];
         out.push(n > 1 ? `95% t [${fmt(lo)}, ${fmt(hi)}]` : "one run: no interval");
         out.push(`n=${n}`);
         return out;
@@ -243,7 +243,8 @@
         const data = smoothed(r);
         series.push({ name: r.name, type: "line", ...A3R.markers(data.length), color: PALETTE[i % PALETTE.length], data });
       });
-      lines = (p) => (weight ? [`smoothed ${fmt(p.data[1])}`, `raw ${fmt(p.data[2])}`] : [fmt(p.data[2])]);
+      // a point smoothing left as logged (a short series) shows its one value
+      lines = (p) => (weight && p.data[1] !== p.data[2] ? [`smoothed ${fmt(p.data[1])}`, `raw ${fmt(p.data[2])}`] : [fmt(p.data[2])]);
     }
     const legendNames = series.filter((s) => !/ (lo|band|hi)$/.test(s.name)).map((s) => s.name);
     curves.setOption({

@@ -173,6 +173,7 @@ const A3R = (() => {
   function tooltip(lines) {
     return {
       trigger: "axis",
+      className: "a3r-tip",
       formatter: (params) => {
         const list = Array.isArray(params) ? params : [params];
         const shown = list.filter((p) => p.seriesName && !/ (lo|band|hi)$/.test(p.seriesName));
