@@ -19,12 +19,27 @@ HOW_TO_PRODUCE = [
     "a3r bench report",
 ]
 
-_ROW_KEYS = ("benchmark", "metric", "unit", "direction", "baseline", "candidate", "delta", "rel", "p", "verdict")
+_ROW_KEYS = (
+    "benchmark",
+    "metric",
+    "unit",
+    "direction",
+    "baseline",
+    "candidate",
+    "delta",
+    "rel",
+    "p",
+    "verdict",
+)
 
 
 def search_patterns(reports_dir: Path) -> list[str]:
     """Where `bench_reports` looks, for a page that found nothing to say so."""
-    return [f"{reports_dir}/bench-*/", f"{reports_dir}/examples/bench-*/", "<each workspace>/bench/reports/*/"]
+    return [
+        f"{reports_dir}/bench-*/",
+        f"{reports_dir}/examples/bench-*/",
+        "<each workspace>/bench/reports/*/",
+    ]
 
 
 def _candidates(reports_dir: Path, workspaces: Iterable[Path]) -> list[Path]:

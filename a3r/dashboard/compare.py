@@ -100,7 +100,9 @@ def eta_squared(labels: Sequence[str], scores: Sequence[float]) -> float | None:
     return between / total
 
 
-def permutation_p(labels: Sequence[str], scores: Sequence[float], n: int = PERMUTATIONS, seed: int = 0) -> float:
+def permutation_p(
+    labels: Sequence[str], scores: Sequence[float], n: int = PERMUTATIONS, seed: int = 0
+) -> float:
     """How often a random reassignment of `labels` to the runs explains at least as much variance
     ((k + 1) / (n + 1), so never 0). Shuffling the scores against fixed labels is the same test."""
     observed = eta_squared(labels, scores)
@@ -137,9 +139,7 @@ def importance(configs: Mapping[str, Sequence[Any]], scores: Sequence[float]) ->
             skipped.append(name)  # no value repeats: any split explains everything
             continue
         eta = eta_squared(labels, scores)
-        rows.append(
-            {"param": name, "eta_squared": eta, "p": permutation_p(labels, scores), "levels": levels}
-        )
+        rows.append({"param": name, "eta_squared": eta, "p": permutation_p(labels, scores), "levels": levels})
     rows.sort(key=lambda r: -(r["eta_squared"] or 0))
     reason = "" if rows else "no varied parameter repeats a value across runs"
     return {"available": bool(rows), "reason": reason, "rows": rows, "skipped": skipped}

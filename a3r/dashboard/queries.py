@@ -309,16 +309,18 @@ def compare_view(src: Source, campaign_id: int, metric: str, how: Summary) -> di
     varied = [
         k
         for k in keys
-        if k not in seed_paths and len({json.dumps(cfg.get(k), sort_keys=True) for cfg in configs.values()}) > 1
+        if k not in seed_paths
+        and len({json.dumps(cfg.get(k), sort_keys=True) for cfg in configs.values()}) > 1
     ]
     series = src.series.get(store, metric, {r.id: len(store.attempts(r.id)) for r in runs})
     scored = []
     for r in runs:
         s = score(series.get(r.id, []), how)
         if s is not None:
-            scored.append({"id": r.id, "name": r.name, "state": r.state, "score": s} | {
-                "config": {k: configs[r.id].get(k) for k in varied}
-            })
+            scored.append(
+                {"id": r.id, "name": r.name, "state": r.state, "score": s}
+                | {"config": {k: configs[r.id].get(k) for k in varied}}
+            )
     values = [x["score"] for x in scored]
     return {
         "metric": metric,
@@ -328,9 +330,7 @@ def compare_view(src: Source, campaign_id: int, metric: str, how: Summary) -> di
         "param_labels": short_labels(varied),
         "runs": scored,
         "unscored": len(runs) - len(scored),
-        "by_param": {
-            k: scores_by_value([x["config"][k] for x in scored], values) for k in varied if scored
-        },
+        "by_param": {k: scores_by_value([x["config"][k] for x in scored], values) for k in varied if scored},
         "importance": importance({k: [x["config"][k] for x in scored] for k in varied}, values),
     }
 

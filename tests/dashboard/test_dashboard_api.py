@@ -185,19 +185,31 @@ def test_bench_reads_committed_reports_and_says_how_to_produce_results(seeded, t
     committed = Path(__file__).resolve().parents[2] / "reports" / "examples" / "bench-default"
     reports = tmp_path / "reports"
     shutil.copytree(committed, reports / "examples" / "bench-default")
-    with TestClient(create_app(build_config(workspace=seeded.empty, reports_dir=reports)), base_url="http://127.0.0.1") as c:
+    with TestClient(
+        create_app(build_config(workspace=seeded.empty, reports_dir=reports)), base_url="http://127.0.0.1"
+    ) as c:
         d = _ok(c, "/api/bench")
         assert d["cells"] == [] and len(d["reports"]) == 1
         rep = d["reports"][0]
-        assert (rep["where"], rep["suite"], rep["error"]) == (str((reports / "examples/bench-default").resolve()), "default", "")
+        assert (rep["where"], rep["suite"], rep["error"]) == (
+            str((reports / "examples/bench-default").resolve()),
+            "default",
+            "",
+        )
         assert rep["headline"].startswith("No regression") and len(rep["table"]) > 0
         (reports / "bench-broken").mkdir()
         (reports / "bench-broken" / "report.json").write_text("{not json")
         broken = next(r for r in _ok(c, "/api/bench")["reports"] if r["where"].endswith("bench-broken"))
         assert broken["error"].startswith("cannot read report.json")
-    with TestClient(create_app(build_config(workspace=seeded.empty, reports_dir=tmp_path / "none")), base_url="http://127.0.0.1") as c:
+    with TestClient(
+        create_app(build_config(workspace=seeded.empty, reports_dir=tmp_path / "none")),
+        base_url="http://127.0.0.1",
+    ) as c:
         d = _ok(c, "/api/bench")
-        assert d["reports"] == [] and d["how_to"] == ["a3r bench run --commits BASE..HEAD", "a3r bench report"]
+        assert d["reports"] == [] and d["how_to"] == [
+            "a3r bench run --commits BASE..HEAD",
+            "a3r bench report",
+        ]
         assert all("`" not in line for line in d["how_to"] + d["looked"])
 
 

@@ -6,7 +6,6 @@ the test."""
 from __future__ import annotations
 
 import re
-
 from pathlib import Path
 
 import httpx
@@ -190,7 +189,9 @@ def test_report_runs_and_campaign_link_to_each_other(page, dash, seeded):
     expect(page.locator("#answer")).to_have_text("The smallest batch size that trains is 2.")
     expect(page.locator("li[data-stage='stage-0'] .bar-label")).to_have_text("3/3")
     page.locator("#report-link").click()
-    expect(page.frame_locator("#report-frame").locator("#report-title")).to_have_text("Report of finished-study")
+    expect(page.frame_locator("#report-frame").locator("#report-title")).to_have_text(
+        "Report of finished-study"
+    )
     first = seeded.run("bs2-s1")
     page.locator(f"tr[data-arm='bs=2'] a:text-is('{first}')").click()
     expect(page).to_have_url(re.compile(rf"/run\?ws=.&id={first}$"))
@@ -209,43 +210,57 @@ def test_every_logged_metric_markers_tooltips_smoothing_and_log_scale(page, dash
     # eval_accuracy has two points per run (steps 0 and 10): drawn with markers, and smoothing leaves it as logged
     page.select_option("#metric", "eval_accuracy")
     page.locator("#smooth").fill("0.9")
-    wait_series(page, "curves", "series.length === 6 && series.every(s => s.data.length === 2 && s.showSymbol)")
+    wait_series(
+        page, "curves", "series.length === 6 && series.every(s => s.data.length === 2 && s.showSymbol)"
+    )
     last = {s[0]: s[2] for s in series(page, "curves")}
     assert last["bs8-s1"][:3] == [10, eval_accuracy(1, 10, 8), eval_accuracy(1, 10, 8)]
     expect(page.locator("#curve-note")).to_contain_text("smoothing window capped")
     # a tooltip: integer step, the value formatted
     tip = page.locator("#curves .a3r-tip")
-    page.evaluate("echarts.getInstanceByDom(document.getElementById('curves'))"
-                  ".dispatchAction({type: 'showTip', seriesIndex: 0, dataIndex: 1})")
+    page.evaluate(
+        "echarts.getInstanceByDom(document.getElementById('curves'))"
+        ".dispatchAction({type: 'showTip', seriesIndex: 0, dataIndex: 1})"
+    )
     expect(tip).to_contain_text("step 10")
     expect(tip).to_contain_text(f"bs8-s1: {eval_accuracy(1, 10, 8)}")
     # reward has 10 points: smoothed; the tooltip shows both values
     page.select_option("#metric", "reward")
     page.locator("#smooth").fill("0.5")
     wait_series(page, "curves", "series.length === 6 && series[0].data[9][1] !== series[0].data[9][2]")
-    page.evaluate("echarts.getInstanceByDom(document.getElementById('curves'))"
-                  ".dispatchAction({type: 'showTip', seriesIndex: 0, dataIndex: 9})")
+    page.evaluate(
+        "echarts.getInstanceByDom(document.getElementById('curves'))"
+        ".dispatchAction({type: 'showTip', seriesIndex: 0, dataIndex: 9})"
+    )
     expect(tip).to_contain_text("step 9")
     expect(tip).to_contain_text(f"raw {reward(1, 9, 8)}")
     expect(tip).to_contain_text("smoothed ")
     # grouped: mean, raw mean, the t interval and n
     page.select_option("#group", "pool.batch_size")
     wait_series(page, "curves", "series.some(s => s.name === 'pool.batch_size=8 (n=3)')")
-    idx = page.evaluate("echarts.getInstanceByDom(document.getElementById('curves')).getOption().series"
-                        ".findIndex(s => s.name === 'pool.batch_size=8 (n=3)')")
-    page.evaluate(f"echarts.getInstanceByDom(document.getElementById('curves'))"
-                  f".dispatchAction({{type: 'showTip', seriesIndex: {idx}, dataIndex: 9}})")
+    idx = page.evaluate(
+        "echarts.getInstanceByDom(document.getElementById('curves')).getOption().series"
+        ".findIndex(s => s.name === 'pool.batch_size=8 (n=3)')"
+    )
+    page.evaluate(
+        f"echarts.getInstanceByDom(document.getElementById('curves'))"
+        f".dispatchAction({{type: 'showTip', seriesIndex: {idx}, dataIndex: 9}})"
+    )
     expect(tip).to_contain_text("95% t [")
     expect(tip).to_contain_text("n=3")
     # log scale, kept in the URL
     page.locator("#logy").check()
     expect(page).to_have_url(re.compile(r"log=1"))
-    page.wait_for_function("() => echarts.getInstanceByDom(document.getElementById('curves')).getOption().yAxis[0].type === 'log'")
+    page.wait_for_function(
+        "() => echarts.getInstanceByDom(document.getElementById('curves')).getOption().yAxis[0].type === 'log'"
+    )
     # the run page: every metric, the primary first, grouped by kind, with smoothing
     page.goto(f"{dash.url}/run?ws=.&id={seeded.run('bs8-s1')}&smooth=0.5")
     expect(page.locator("#metric-charts .kind h3")).to_have_text(["training", "evaluation", "timing"])
     expect(page.locator("#metric-charts figcaption").first).to_have_text("reward (primary)")
-    wait_series(page, ".chart[data-metric='eval_accuracy']", "series[0].data.length === 2 && series[0].showSymbol")
+    wait_series(
+        page, ".chart[data-metric='eval_accuracy']", "series[0].data.length === 2 && series[0].showSymbol"
+    )
     wait_series(page, ".chart[data-metric='reward']", "series[0].data[9][1] !== series[0].data[9][2]")
 
 
@@ -272,7 +287,9 @@ def test_refresh_racing_a_tick_does_not_duplicate_points(page, dash, seeded):
         page.wait_for_timeout(20)
     page.unroute_all()
     name = series(page, "curves")[0][0]
-    steps = page.evaluate("echarts.getInstanceByDom(document.getElementById('curves')).getOption().series[0].data.map(p => p[0])")
+    steps = page.evaluate(
+        "echarts.getInstanceByDom(document.getElementById('curves')).getOption().series[0].data.map(p => p[0])"
+    )
     assert steps == list(range(8)), f"{name}: each step once, got {steps}"
 
 
@@ -293,8 +310,11 @@ def test_many_runs_selection_comparison_views_and_config_diff(page, dash, seeded
     assert page.locator("#group option").all_inner_texts() == ["(none: one line per run)", "batch_size"]
     expect(page.locator("th[data-key='config.pool.batch_size']")).to_have_text("batch_size")
     # final reward against batch size: three values, 20 runs each, mean with its t interval
-    wait_series(page, "#by-param .chart[data-param='pool.batch_size']",
-                "series[0].data.length === 60 && series[1].data.length === 3")
+    wait_series(
+        page,
+        "#by-param .chart[data-param='pool.batch_size']",
+        "series[0].data.length === 60 && series[1].data.length === 3",
+    )
     means = page.evaluate("""() => echarts.getInstanceByDom(document.querySelector("#by-param .chart[data-param='pool.batch_size']"))
                                .getOption().series[1].data.map(d => [d[0], d[1], d[2] < d[1] && d[1] < d[3], d[4]])""")
     expected = [sum(reward(s, 7, bs) for s in range(1, 21)) / 20 for bs in (2, 4, 8)]
@@ -326,7 +346,9 @@ def test_benchmark_heatmap_committed_reports_and_empty_workspace(page, dash, see
         page.goto(committed.url + "/bench")
         report = page.locator("article.bench-report[data-where$='examples/bench-default']")
         expect(report.locator(".headline")).to_contain_text("No regression of bcff6a5f8f against acfe040871")
-        expect(report.locator("tr[data-benchmark='arithmetic/final_reward'] td").first).to_have_text("arithmetic")
+        expect(report.locator("tr[data-benchmark='arithmetic/final_reward'] td").first).to_have_text(
+            "arithmetic"
+        )
         expect(page.locator("#bench-empty")).to_be_hidden()
         page.goto("about:blank")
     finally:
@@ -337,7 +359,9 @@ def test_benchmark_heatmap_committed_reports_and_empty_workspace(page, dash, see
         expect(page.locator("#no-campaigns")).to_contain_text("No campaign yet")
         page.goto(empty.url + "/bench")
         expect(page.locator("#bench-empty")).to_be_visible()
-        expect(page.locator("#bench-how")).to_have_text("a3r bench run --commits BASE..HEAD\na3r bench report")
+        expect(page.locator("#bench-how")).to_have_text(
+            "a3r bench run --commits BASE..HEAD\na3r bench report"
+        )
         assert "`" not in page.locator("#bench-empty").inner_text()
         page.goto("about:blank")
     finally:
