@@ -376,6 +376,8 @@ def test_phone_width_and_dark_mode(phone, dash, seeded):
         ("/", "article[data-campaign='finished-study'] .answer"),
         (f"/campaign?ws=.&id={seeded.ids['live']}", "#runs tbody tr"),
         (f"/campaign?ws=.&id={seeded.ids['many']}", "#importance tr[data-param='pool.batch_size']"),
+        (f"/campaign?ws=.&id={seeded.ids['empty']}", "#runs-count"),
+        (f"/campaign?ws=campaigns/second&id={seeded.ids['second']}", "#runs tbody tr"),
         (f"/run?ws=.&id={seeded.run('lr-hi-s2')}", "#attempts tbody tr"),
         (f"/report?ws=.&id={seeded.ids['finished']}", "#arms tbody tr"),
         ("/bench", "#regressions tbody tr"),
