@@ -121,7 +121,7 @@ def report_summary(d: Path) -> dict[str, Any]:
         data = {}
     arms = [
         {k: arm.get(k) for k in ("label", "n", "mean", "lo", "hi", "status", "run_ids")}
-        for arm in data.get("arms", [])
+        for arm in (data.get("arms") if isinstance(data.get("arms"), list) else [])
         if isinstance(arm, dict)
     ]
     return {"answer": data.get("answer"), "conclusive": data.get("conclusive"), "arms": arms}

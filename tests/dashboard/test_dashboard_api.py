@@ -380,3 +380,11 @@ def test_read_only_store_opens_the_right_file_whatever_its_path(tmp_path):
     finally:
         reader.close()
         writer.close()
+
+
+@pytest.mark.parametrize("body", ['{"arms": null}', "[1]", '{"arms": {"a": 1}}', "not json"])
+def test_a_malformed_report_json_gives_no_arms_and_no_error(tmp_path, body):
+    from a3r.dashboard.app import report_summary
+
+    (tmp_path / "report.json").write_text(body)
+    assert report_summary(tmp_path) == {"answer": None, "conclusive": None, "arms": []}
