@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from a3r.blueprints import Blueprint, Budget, deep_merge
 from a3r.leader.design import Arm, StageDesign, arm_label
 from a3r.leader.goals import Goal
-from a3r.leader.knobs import set_dotted
+from a3r.leader.knobs import set_dotted, set_knob_value
 
 __all__ = ["DEFAULT_BASE_JOB", "LAUNCH_COMMAND", "DesignError", "stage_blueprints", "train_job"]
 
@@ -50,12 +50,16 @@ def train_job(goal: Goal, arm: Arm, steps: int, base_job: dict[str, Any] | None 
     data = deep_merge(DEFAULT_BASE_JOB if base_job is None else base_job, {})
     if goal.factor.key != "task":
         data["task"] = goal.task
-    for key, value in goal.fixed.items():
-        set_dotted(data, key, value)
-    set_dotted(data, goal.factor.key, arm.x)
-    if goal.secondary is not None:
-        set_dotted(data, goal.secondary.key, arm.level)
+    # the stage's steps first: a goal that studies (or fixes) the training steps sets its own
     set_dotted(data, "swarm.training.max_steps", steps)
+    for key, value in goal.fixed.items():
+        if _is_knob(key):
+            set_knob_value(data, key, value)
+        else:
+            set_dotted(data, key, value)
+    set_knob_value(data, goal.factor.key, arm.x)
+    if goal.secondary is not None:
+        set_knob_value(data, goal.secondary.key, arm.level)
     if goal.statistic == "auc" and data.get("eval_size") and not data.get("eval_every") and steps >= 4:
         # speed of learning is the area under the held-out curve: it needs points between start and end
         data["eval_every"] = steps // 4
@@ -65,6 +69,17 @@ def train_job(goal: Goal, arm: Arm, steps: int, base_job: dict[str, Any] | None 
     except (ValidationError, ValueError) as e:
         raise DesignError(f"arm {arm_label(goal, arm.x, arm.level)} is not a valid engine job: {e}") from None
     return job.model_dump(mode="json")
+
+
+def _is_knob(key: str) -> bool:
+    """Whether a fixed setting is a knob (the settings knobs require, such as team.agents, are not)."""
+    from a3r.leader.knobs import get_knob
+
+    try:
+        get_knob(key)
+    except KeyError:
+        return False
+    return True
 
 
 def _one_update_per_step(data: dict[str, Any]) -> None:

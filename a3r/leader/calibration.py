@@ -100,14 +100,14 @@ def _usual_value(goal: Goal, base_job: dict[str, Any]) -> Any:
     from pydantic import ValidationError
 
     from a3r.blueprints import deep_merge
-    from a3r.leader.knobs import set_dotted
+    from a3r.leader.knobs import knob_value, set_knob_value
     from engine.jobs import TrainJob
 
     data = deep_merge(base_job, {})
     for key, value in goal.fixed.items():
-        set_dotted(data, key, value)
+        set_knob_value(data, key, value)
     try:
-        return get_dotted(TrainJob.model_validate(data).model_dump(mode="json"), goal.factor.key)
+        return knob_value(TrainJob.model_validate(data).model_dump(mode="json"), goal.factor.key)
     except (ValidationError, ValueError):
         return None
 

@@ -8,6 +8,7 @@ with `seeds` seeds. Every later stage follows from the previous evidence (`a3r.a
   strictly inside it; add seeds to arms whose interval straddles the criterion;
 - best: add values on both sides of the best arm (inside the gaps to its tested neighbours); add seeds to
   arms tied with it; dominated arms get nothing more;
+  (new values only over a range or when the goal asks to refine: a named set is exactly the set studied)
 - effect: add seeds to neighbouring levels whose intervals overlap, and to the extremes when the effect's
   interval contains 0;
 - compare: add seeds to both sides of a tie.
@@ -380,12 +381,17 @@ def next_stage(
     )
 
 
+def _may_add_values(goal: Goal) -> bool:
+    """In-between values only over a range, or when the goal asks for them: a named set is the set studied."""
+    return goal.factor.knob.kind != "choice" and (goal.factor.values is None or goal.refine)
+
+
 def _propose_threshold(goal, budget, le, xs, props: _Proposals, where: str) -> None:
     th, level = le.threshold, le.level
     if not th.trained:
         props.rationale.append(f"{where}{th.verdict}")
         return
-    if th.answer is not None and th.neighbour is not None:
+    if th.answer is not None and th.neighbour is not None and _may_add_values(goal):
         inside = between(goal.factor, th.neighbour.x, th.answer.x, budget.refine_points, xs)
         for x in inside:
             props.new(level, x, f"narrow between {fmt(th.neighbour.x)} and {fmt(th.answer.x)}")
@@ -417,7 +423,7 @@ def _propose_best(goal, budget, le, xs, props: _Proposals, where: str) -> None:
     if best.best is None:
         props.rationale.append(f"{where}{best.verdict}")
         return
-    if goal.factor.knob.kind != "choice":
+    if _may_add_values(goal):
         ordered = sorted(xs)
         i = ordered.index(best.best.x)
         for nb in (ordered[i - 1] if i > 0 else None, ordered[i + 1] if i + 1 < len(ordered) else None):

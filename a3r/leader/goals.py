@@ -26,6 +26,7 @@ from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from a3r.leader.goal_help import closest_forms, correct_spelling, unknown_variable
 from a3r.leader.knobs import KNOBS, Knob, find_knob, get_knob, phrase_pattern
 
 __all__ = ["FORMS", "Criterion", "Factor", "Goal", "GoalParseError", "parse_goal"]
@@ -46,16 +47,20 @@ FORMS = (
 
 
 class GoalParseError(ValueError):
-    """The offline parser could not turn the sentence into a `Goal`; the message says what it understood."""
+    """The offline parser could not turn the sentence into a `Goal`; the message says what it understood,
+    what it did not (`problem`), and the forms closest to the sentence that work (`closest`)."""
 
-    def __init__(self, problem: str, understood: dict[str, Any]):
+    def __init__(self, problem: str, understood: dict[str, Any], text: str = ""):
         self.problem, self.understood = problem, dict(understood)
+        self.closest = closest_forms(text, self.understood) if text else []
         seen = ", ".join(f"{k}={v}" for k, v in understood.items()) or "nothing usable"
         variables = ", ".join(k.name for k in KNOBS)
         forms = "\n".join(f"  - {f}" for f in FORMS)
+        near = "".join(f"\n  - {f}" for f in self.closest)
         super().__init__(
             f"cannot understand the goal: {problem}.\nUnderstood so far: {seen}.\n"
-            f"Goals of these forms work:\n{forms}\nVariables: {variables}.\n"
+            + (f"Closest forms that work:{near}\n" if near else "")
+            + f"Goals of these forms work:\n{forms}\nVariables: {variables}.\n"
             "Configure an LLM endpoint (A3R_LLM_BASE_URL, A3R_LLM_MODEL) for free-form goals."
         )
 
@@ -163,6 +168,11 @@ class Goal(BaseModel):
     )
     criterion: Criterion = Criterion()
     steps: int | None = Field(None, ge=1, description="Training steps per run, when the goal names them.")
+    refine: bool = Field(
+        False,
+        description="The goal asks for values between the named ones too; without it an explicit set is "
+        "exactly the set studied (a range is always refined).",
+    )
     assumptions: list[str] = Field(default_factory=list, description="What the parser filled in, said aloud.")
 
     @model_validator(mode="after")
@@ -211,7 +221,10 @@ _END = r"(?!\w|\.\d)"  # ... and may end a sentence: "rank 32."
 # levels of a variable, tried in this order: "between 1 and 4" is a range, not the pair {1, 4}
 _BETWEEN = re.compile(rf"between\s+{_FREE}{_NUM}\s+and\s+{_NUM}{_END}")
 _INTERVAL = re.compile(rf"\[\s*{_NUM}\s*,\s*{_NUM}\s*\]")  # [1e-6, 1e-4]: a closed interval, as in maths
-_LIST = re.compile(rf"{_FREE}({_N}(?:\s*,\s*{_N})*\s*,?\s*(?:and|or)\s+{_N}|{_N}(?:\s*,\s*{_N})+){_END}")
+_LIST = re.compile(
+    rf"{_FREE}({_N}(?:\s*,\s*{_N})*\s*,?\s*(?:and|or|vs\.?|versus)\s+{_N}|{_N}(?:\s*(?:,|/|\bvs\.?|\bversus\b)\s*{_N})+)"
+    rf"{_END}"
+)
 _SPAN = re.compile(rf"{_FREE}{_NUM}\s*(?:to|-|\.\.|through)\s*{_NUM}{_END}")
 _SINGLE = re.compile(rf"^\s*(?:(?:set|fixed)\s+)?(?:=|:|of|is|at|to)?\s*{_FREE}{_NUM}{_END}")
 _TRIGGER = re.compile(r"\b(?:whether|if|how|does|do)\b|\bdepend(?:s|ing)?\s+on\b")
@@ -224,20 +237,29 @@ _COMPARE = re.compile(
 )
 # "A or B" compares only when nothing else is asked: in "best lr, 1e-5 or 1e-4" it is a set
 _OR = re.compile(r"\bor\b")
+_OF = r"(?:(?:number|amount|count|value|setting|size)\s+of\s+(?:the\s+)?)?"  # "minimum number of <K>"
 _MIN = re.compile(
-    r"\b(?:minimum|minimal|smallest|lowest|least|fewest|min)\s+(?:possible\s+|viable\s+|usable\s+)?<K(\d+)>"
+    rf"\b(?:minimum|minimal|smallest|lowest|least|fewest|min)\s+(?:possible\s+|viable\s+|usable\s+)?{_OF}<K(\d+)>"
     r"|\bhow\s+(?:small|low|few)\s+(?:can|could|may|might)\s+(?:the\s+)?<K(\d+)>"
+    r"|\bhow\s+(?:few|little|small\s+a|low\s+a)\s+<K(\d+)>"
     r"|<K(\d+)>\s+(?:as\s+)?(?:small|low)\s+as\b"
 )
 _MAX = re.compile(
-    r"\b(?:maximum|maximal|largest|highest|biggest|greatest|max|most)\s+(?:possible\s+|viable\s+|usable\s+)?<K(\d+)>"
+    rf"\b(?:maximum|maximal|largest|highest|biggest|greatest|max|most)\s+(?:possible\s+|viable\s+|usable\s+)?{_OF}<K(\d+)>"
     r"|\bhow\s+(?:large|big|high|many)\s+(?:can|could|may|might)\s+(?:the\s+)?<K(\d+)>"
     r"|<K(\d+)>\s+(?:as\s+)?(?:large|big|high)\s+as\b"
 )
 _BEST = re.compile(
-    r"\b(?:best|optimal|optimum|ideal|right)\s+(?:value\s+(?:of|for)\s+)?(?:the\s+)?<K(\d+)>"
-    r"|\btune\s+(?:the\s+)?<K(\d+)>|\bwhich\s+<K(\d+)>[^<]*\b(?:best|better|most|highest)\b"
+    r"\b(?:best|optimal|optimum|ideal|right|best\s+performing|best-performing)\s+(?:value\s+(?:of|for)\s+)?"
+    r"(?:the\s+)?(?:choice\s+of\s+(?:the\s+)?)?<K(\d+)>"
+    r"|\b(?:tune|optimi[sz]e)\s+(?:the\s+)?<K(\d+)>"
+    r"|\bwhich\s+(?:of\s+(?:the\s+|these\s+)?)?<K(\d+)>[^<]*\b(?:best|better|most|highest|fastest|quickest)\b"
+    r"|\bwhich\s+of\s+(?:the\s+|these\s+)?<K(\d+)>"
     r"|<K(\d+)>\s+(?:that|which)\s+(?:maximi[sz]es|gives\s+the\s+(?:highest|best)|works\s+best)"
+)
+# "how many <K> does countdown need", "what max tokens is enough": the least that suffices, a minimum
+_NEED = re.compile(
+    r"<K(\d+)>[^<]*?\b(?:need|needs|needed|require|requires|required|enough|suffices?|sufficient)\b"
 )
 _EFFECT = re.compile(
     r"\b(?:effect|impact|influence|sensitivity)\s+(?:of\s+)?(?:the\s+)?(?:changing\s+|varying\s+)?<K(\d+)>"
@@ -286,6 +308,9 @@ def _why(e: ValueError) -> str:
 
 def _normalise(text: str) -> str:
     t = text.lower().replace("_", " ").replace("≥", ">=").replace("–", "-").replace("—", " - ")
+    t = t.replace("−", "-").replace("×", "x").replace("’", "'")
+    t = re.sub(r"(?<![\w.])\.(\d)", r"0.\1", t)  # ".5" is 0.5
+    t = re.sub(r"(\d(?:\.\d+)?)\s*x\s*10\s*\^\s*([-+]?\d+)", r"\1e\2", t)  # 3 x 10^-6 is 3e-6
     return re.sub(r"\s+", " ", t).strip()
 
 
@@ -351,11 +376,14 @@ def _levels(segment: str) -> tuple[str, Any] | None:
 
 
 def _segments(text: str, mentions: list[tuple[int, int, Knob]]) -> list[tuple[Knob, str]]:
-    """Each knob mention with the text that follows it up to the next mention."""
+    """Each knob mention with the text that follows it up to the next mention; a numeric knob's text runs
+    over choice mentions, which take no numbers ("lr for the calculator task, from 3e-6 to 1e-4")."""
     out = []
     for i, (_s, e, k) in enumerate(mentions):
-        nxt = mentions[i + 1][0] if i + 1 < len(mentions) else len(text)
-        out.append((k, text[e:nxt]))
+        later = mentions[i + 1 :]
+        if k.kind != "choice":
+            later = [m for m in later if m[2].kind != "choice"]
+        out.append((k, text[e : later[0][0] if later else len(text)]))
     return out
 
 
@@ -395,7 +423,7 @@ def _shape(norm: str, mentions: list[tuple[int, int, Knob]]) -> tuple[Shape | No
     """(shape, the studied variable's mention or None for a comparison, where the question's cue starts)."""
     shape, primary = None, None
     masked = _masked(norm, mentions)
-    for name, pat in (("minimum", _MIN), ("maximum", _MAX), ("best", _BEST), ("effect", _EFFECT)):
+    for name, pat in (("minimum", _MIN), ("maximum", _MAX), ("best", _BEST), ("minimum", _NEED), ("effect", _EFFECT)):
         if m := pat.search(masked):
             shape, primary = name, mentions[int(next(g for g in m.groups() if g is not None))]
             break
@@ -437,11 +465,60 @@ def _studied_factor(
     segs = _segments(main, mentions)
     # the range may follow any mention of the variable ("smallest batch size ... (batch size 1 to 64)")
     levels = next((lv for k, seg in segs if k.key == knob.key and (lv := _levels(seg))), None)
-    factor = _factor(
-        knob, levels or _levels(main[: primary[0]]), _named(values, knob), "studied", understood, assumptions
-    )
+    levels = levels or _levels(main[: primary[0]])
+    phrase = main[primary[0] : primary[1]]
+    if levels is not None and (per := _per(knob, phrase)) is not None:
+        levels = _divided(knob, phrase, per, levels, main, mentions, understood, assumptions)
+    factor = _factor(knob, levels, _named(values, knob), "studied", understood, assumptions)
     understood["range"] = factor.describe()
     return factor
+
+
+def _per(knob: Knob, phrase: str) -> Knob | None:
+    """The knob whose value the levels of `phrase` are a multiple of ("episodes per batch": group size)."""
+    key = knob.per.get(" ".join(re.split(r"[\s_-]+", phrase)))
+    return get_knob(key) if key else None
+
+
+def _divided(
+    knob: Knob,
+    phrase: str,
+    per: Knob,
+    levels: tuple[str, Any],
+    main: str,
+    mentions: list,
+    understood: dict,
+    assumptions: list[str],
+) -> tuple[str, Any]:
+    """Levels named in `phrase`'s unit ("16 episodes per batch") as levels of `knob` (batch size 4 at group
+    size 4): divided by the goal's own value of `per`, else the engine default; said aloud."""
+    from engine.config import SwarmConfig
+
+    fixed = next(
+        (lv[1] for k, seg in _segments(main, mentions) if k.key == per.key and (lv := _levels(seg)) and lv[0] == "single"),
+        None,
+    )
+    n = fixed if fixed is not None else getattr(SwarmConfig().pool, per.key.rsplit(".", 1)[-1])
+    kind, raw = levels
+    nums = [raw] if kind == "single" else list(raw)
+    if any(x % n for x in nums):
+        raise GoalParseError(
+            f"'{phrase}' counts {knob.name} x {per.name} ({_g(n)}), and {', '.join(_g(x) for x in nums)} "
+            f"are not all multiples of {_g(n)}; name the {knob.name} (tasks per step) instead, or a "
+            f"{per.name} that divides them",
+            understood,
+        )
+    assumptions.append(
+        f"'{phrase}' is {knob.name} x {per.name}: {', '.join(_g(x) for x in nums)} episodes at {per.name} "
+        f"{_g(n)} are {knob.name} {', '.join(_g(x / n) for x in nums)}"
+    )
+    out = [x / n for x in nums]
+    return kind, out[0] if kind == "single" else (out if kind == "set" else tuple(out))
+
+
+def _g(x: float) -> str:
+    """A number as a researcher writes it: 16, 1e-05."""
+    return f"{x:g}"
 
 
 def _compared_numbers(main: str, mentions: list) -> tuple[Knob, list[float]] | None:
@@ -579,19 +656,41 @@ def _criterion(norm: str) -> Criterion:
 
 
 def parse_goal(text: str) -> Goal:
-    """Parse a research goal; raises `GoalParseError` (a ValueError) saying what it understood otherwise."""
-    norm = _normalise(text)
+    """Parse a research goal; raises `GoalParseError` (a ValueError) saying what it understood otherwise,
+    what it did not, and the forms closest to the sentence that work."""
+    try:
+        return _parse(text)
+    except GoalParseError as e:
+        raise GoalParseError(e.problem, e.understood, text) from None
+
+
+# three or more values "under which" (or a superlative) ask for the best of them, not a pairwise comparison
+_WHICH_BEST = re.compile(r"\b(?:which|best|fastest|quickest|optimal|highest)\b")
+_REFINE = re.compile(
+    r"\b(?:refine|refining|in[\s-]between|values?\s+between\s+(?:them|those|these)|narrow(?:\s+it)?\s+down|"
+    r"zoom\s+in|finer\s+grid|fine[\s-]grained)\b"
+)
+
+
+def _parse(text: str) -> Goal:
     understood: dict[str, Any] = {}
     assumptions: list[str] = []
+    norm, fixes = correct_spelling(_normalise(text))
+    assumptions += [f"read '{wrong}' as '{right}'" for wrong, right in fixes]
     values, mentions = _mentions(norm)
     task = _task(values, understood, assumptions)
     shape, primary, cue = _shape(norm, mentions)
     if shape is None and not mentions:
-        raise GoalParseError("it names no variable to study", understood)
+        unknown = unknown_variable(norm)
+        raise GoalParseError(
+            "it names no variable to study" + (f": {unknown}" if unknown else ""),
+            understood,
+        )
     if shape is None:
         understood["variables"] = [k.name for _s, _e, k in mentions]
         raise GoalParseError(
-            "it asks no recognised question about them (smallest, largest, best, effect of, versus, A or B)",
+            "it asks no recognised question about them (smallest, largest, best, effect of, versus, A or B, "
+            "which of a, b and c, how many ... does it need)",
             understood,
         )
     understood["shape"] = shape
@@ -600,6 +699,8 @@ def parse_goal(text: str) -> Goal:
     main_values = [v for v in values if v.end <= len(main)]
     if shape == "compare":
         factor = _compare_factor(main, main_mentions, main_values, understood, assumptions)
+        if len(factor.values or []) >= 3 and _WHICH_BEST.search(main):
+            shape = understood["shape"] = "best"
     else:
         factor = _studied_factor(main, primary, main_mentions, main_values, understood, assumptions)
     secondary = _secondary(clause, factor, understood, assumptions)
@@ -620,6 +721,9 @@ def parse_goal(text: str) -> Goal:
     steps = None
     if m := _STEPS.search(norm):
         steps = int(m.group(1) or m.group(2))
+    refine = factor.values is not None and factor.knob.kind != "choice" and bool(_REFINE.search(norm))
+    if refine:
+        assumptions.append(f"values between the named {factor.name} values may be added ('refine')")
     try:
         return Goal(
             text=text,
@@ -631,6 +735,7 @@ def parse_goal(text: str) -> Goal:
             statistic=statistic,
             criterion=_criterion(norm),
             steps=steps,
+            refine=refine,
             assumptions=assumptions,
         )
     except ValueError as e:

@@ -28,6 +28,8 @@ __all__ = [
     "phrase_pattern",
     "set_dotted",
     "get_dotted",
+    "knob_value",
+    "set_knob_value",
 ]
 
 Scale = Literal["log", "linear", "choice"]
@@ -109,6 +111,17 @@ class Knob:
     # when studied, a phrase it reads through `stands_for` means only that: it fixes no other knob's value
     # ("hacpo versus gspo" compares training methods; it does not also pin the policy loss to gspo)
     claims_stand_ins: bool = False
+    # the TrainJob fields the knob's value goes to, when it is not the one field `key` names: a symmetric
+    # clip ratio is both clip ends at once, so its key is a name of its own and it sets the two fields
+    sets: tuple[str, ...] = ()
+    # alias -> (the knob whose value a level of this alias is a multiple of, what is said aloud):
+    # "episodes per batch" names batch size x group size, so its levels are divided by the group size
+    per: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """The TrainJob fields a blueprint sets to the knob's value (and reads it back from)."""
+        return self.sets or (self.key,)
 
     def valid_choices(self) -> tuple[Any, ...]:
         return self.choices() if self.choices else ()
@@ -158,7 +171,36 @@ KNOBS: tuple[Knob, ...] = (
         short="bs",
         default_range=(1, 64),
         minimum=1,
-        aliases=("train batch size", "batch size", "batchsize", "bs"),
+        aliases=(
+            "train batch size",
+            "batch size",
+            "batchsize",
+            "bs",
+            "tasks per step",
+            "tasks per batch",
+            "prompts per step",
+            "prompts per batch",
+            "questions per step",
+            "questions per batch",
+            "episodes per batch",
+            "episodes per step",
+            "rollouts per batch",
+            "rollouts per step",
+            "samples per batch",
+            "samples per step",
+        ),
+        # a batch holds batch size x group size episodes (engine.pool: B tasks, N episodes each)
+        per={
+            alias: "swarm.pool.group_size"
+            for alias in (
+                "episodes per batch",
+                "episodes per step",
+                "rollouts per batch",
+                "rollouts per step",
+                "samples per batch",
+                "samples per step",
+            )
+        },
     ),
     Knob(
         "group size",
@@ -173,7 +215,17 @@ KNOBS: tuple[Knob, ...] = (
             "rollouts per task",
             "samples per prompt",
             "episodes per task",
+            "episodes per prompt",
+            "completions per prompt",
+            "generations per prompt",
+            "responses per prompt",
+            "samples per task",
+            "rollouts per prompt",
             "grpo group size",
+            "group sizes",
+            "groupsize",
+            "num generations",
+            "number of generations",
         ),
     ),
     Knob(
@@ -184,7 +236,7 @@ KNOBS: tuple[Knob, ...] = (
         short="lr",
         default_range=(1e-6, 1e-4),
         minimum=0,
-        aliases=("learning rate", "lr", "step size"),
+        aliases=("learning rate", "learning rates", "learning-rate", "lr", "step size", "learnign rate", "learning rat"),
     ),
     Knob(
         "max response length",
@@ -203,6 +255,16 @@ KNOBS: tuple[Knob, ...] = (
             "max new tokens",
             "reply budget",
             "generation length",
+            "max new tokens",
+            "max completion tokens",
+            "max completion length",
+            "completion length",
+            "token budget",
+            "token limit",
+            "max length",
+            "response budget",
+            "maxtokens",
+            "max token",
         ),
     ),
     Knob(
@@ -213,7 +275,7 @@ KNOBS: tuple[Knob, ...] = (
         short="r",
         default_range=(2, 64),
         minimum=1,
-        aliases=("lora rank", "adapter rank", "lora r", "rank"),
+        aliases=("lora rank", "adapter rank", "lora r", "lora ranks", "rank"),
         requires=_LORA,
     ),
     Knob(
@@ -268,7 +330,7 @@ KNOBS: tuple[Knob, ...] = (
         short="ep",
         default_range=(1, 4),
         minimum=1,
-        aliases=("ppo epochs", "epochs per batch"),
+        aliases=("ppo epochs", "epochs per batch", "ppo epoch", "passes per batch", "updates per batch"),
     ),
     Knob(
         "mini-batch size",
@@ -308,7 +370,7 @@ KNOBS: tuple[Knob, ...] = (
         short="T",
         default_range=(0.5, 1.5),
         minimum=0,
-        aliases=("sampling temperature", "temperature"),
+        aliases=("sampling temperature", "temperature", "temperatures", "temp", "tempreature"),
     ),
     Knob(
         "policy loss",
@@ -372,7 +434,7 @@ KNOBS: tuple[Knob, ...] = (
         short="clo",
         default_range=(0.1, 0.3),
         minimum=0,
-        aliases=("lower clip ratio", "clip ratio low", "lower clip", "clip low"),
+        aliases=("lower clip ratio", "clip ratio low", "lower clip", "clip low", "low clip ratio", "clip low ratio"),
     ),
     Knob(
         "upper clip ratio",
@@ -382,7 +444,41 @@ KNOBS: tuple[Knob, ...] = (
         short="chi",
         default_range=(0.2, 0.4),
         minimum=0,
-        aliases=("upper clip ratio", "clip ratio high", "upper clip", "clip high", "clip higher"),
+        aliases=(
+            "upper clip ratio",
+            "clip ratio high",
+            "upper clip",
+            "clip high",
+            "clip higher",
+            "high clip ratio",
+            "clip high ratio",
+            "clip-higher ratio",
+        ),
+    ),
+    # PPO's epsilon as one number: the ratio is clipped to [1 - eps, 1 + eps], both ends at once
+    Knob(
+        "clip ratio",
+        "swarm.algorithm.clip",
+        "float",
+        "linear",
+        short="clip",
+        default_range=(0.1, 0.3),
+        minimum=0,
+        aliases=(
+            "clip ratio",
+            "clipping ratio",
+            "clip ratios",
+            "clip range",
+            "clip epsilon",
+            "clipping epsilon",
+            "ppo clip ratio",
+            "ppo clip range",
+            "ppo clip epsilon",
+            "ppo epsilon",
+            "clip eps",
+            "epsilon",
+        ),
+        sets=("swarm.algorithm.clip_low", "swarm.algorithm.clip_high"),
     ),
     Knob(
         "KL coefficient",
@@ -392,7 +488,19 @@ KNOBS: tuple[Knob, ...] = (
         short="kl",
         default_range=(1e-3, 1e-1),
         minimum=0,
-        aliases=("kl coefficient", "kl coef", "kl penalty", "kl weight", "kl"),
+        aliases=(
+            "kl coefficient",
+            "kl coef",
+            "kl penalty",
+            "kl weight",
+            "kl beta",
+            "kl divergence penalty",
+            "kl regularisation",
+            "kl regularization",
+            "kl term",
+            "beta",
+            "kl",
+        ),
     ),
     Knob(
         "entropy coefficient",
@@ -417,16 +525,47 @@ KNOBS: tuple[Knob, ...] = (
             "timeline merging",
             "merge mode",
             "merging mode",
+            "merge modes",
+            "merging modes",
+            "timeline merge",
             "merging",
             "merge",
         ),
+        # "however phrased": the mode word before or after the merging word, with level/mode/based
         value_names={
+            **{
+                phrase: mode
+                for mode in ("token", "text")
+                for phrase in (
+                    f"{mode} merging",
+                    f"{mode} merge",
+                    f"{mode} level merging",
+                    f"{mode} level merge",
+                    f"{mode} mode merging",
+                    f"{mode} mode merge",
+                    f"{mode} based merging",
+                    f"{mode} based merge",
+                    f"{mode} mode",
+                    f"{mode} level",
+                    f"merging by {mode}",
+                    f"merging by {mode}s",
+                    f"merge by {mode}",
+                    f"merge by {mode}s",
+                    f"merging on {mode}s",
+                    f"merging at the {mode} level",
+                    f"{mode} merged",
+                    f"{mode} timeline merging",
+                    f"{mode} mode timeline merging",
+                )
+            },
             "no merging": "off",
             "without merging": "off",
-            "token merging": "token",
-            "token level merging": "token",
-            "text merging": "text",
-            "text level merging": "text",
+            "merging off": "off",
+            "merging disabled": "off",
+            "no timeline merging": "off",
+            "without timeline merging": "off",
+            "unmerged": "off",
+            "merge off": "off",
         },
         bare_choices=False,
     ),
@@ -440,6 +579,29 @@ KNOBS: tuple[Knob, ...] = (
         aliases=("pool trigger policy", "pool policy", "pool trigger", "trigger policy", "batching policy"),
         # DAPO's dynamic sampling keeps sampling until B groups have non-equal rewards
         value_names={"dynamic sampling": "nondegenerate_task_count"},
+    ),
+    # the run's length: every arm still evaluates at step 0 and at its own last step
+    Knob(
+        "training steps",
+        "swarm.training.max_steps",
+        "int",
+        "log",
+        short="steps",
+        default_range=(5, 40),
+        minimum=1,
+        aliases=(
+            "training steps",
+            "total training steps",
+            "number of training steps",
+            "number of steps",
+            "optimizer steps",
+            "optimiser steps",
+            "train steps",
+            "training length",
+            "max steps",
+            "step count",
+            "training iterations",
+        ),
     ),
     Knob(
         "model",
@@ -555,3 +717,14 @@ def get_dotted(data: dict[str, Any], key: str, default: Any = None) -> Any:
             return default
         node = node[p]
     return node
+
+
+def set_knob_value(data: dict[str, Any], key_or_name: str, value: Any) -> None:
+    """Set a knob's value in TrainJob data: every field it stands for (both ends of a clip ratio)."""
+    for f in get_knob(key_or_name).fields:
+        set_dotted(data, f, value)
+
+
+def knob_value(data: dict[str, Any], key_or_name: str, default: Any = None) -> Any:
+    """A knob's value read back from TrainJob data (its first field)."""
+    return get_dotted(data, get_knob(key_or_name).fields[0], default)

@@ -14,7 +14,7 @@ from a3r.analysis import RunObs
 from a3r.api import Workspace
 from a3r.leader.design import arm_label
 from a3r.leader.goals import Goal
-from a3r.leader.knobs import get_dotted
+from a3r.leader.knobs import knob_value
 
 __all__ = ["AttemptRecord", "RunRecord", "observe"]
 
@@ -41,7 +41,7 @@ class RunRecord:
     blueprint_hash: str
     message: str
     attempts: tuple[AttemptRecord, ...] = field(default_factory=tuple)
-    budget_steps: int = 0  # the run's swarm.training.max_steps
+    budget_steps: int = 0  # the stage's steps per run (the blueprint's budget)
     steps_done: int = 0
     episodes: int = 0  # steps_done x batch size x group size
 
@@ -64,8 +64,8 @@ def observe(
     for run in ws.runs(campaign_id=campaign_id):
         bp = ws.store.blueprint_of(run)
         cfg = bp.engine_config
-        x = get_dotted(cfg, goal.factor.key)
-        level = get_dotted(cfg, goal.secondary.key) if goal.secondary is not None else None
+        x = knob_value(cfg, goal.factor.key)
+        level = knob_value(cfg, goal.secondary.key) if goal.secondary is not None else None
         atts = ws.attempts(run.id)
         records = tuple(
             AttemptRecord(
@@ -109,7 +109,8 @@ def observe(
                 blueprint_hash=bp.content_hash()[:12],
                 message=run.message,
                 attempts=records,
-                budget_steps=int(get_dotted(cfg, "swarm.training.max_steps", 0) or 0),
+                # the stage's step budget (a goal that studies the training steps gives each arm its own)
+                budget_steps=bp.budget.steps,
                 steps_done=steps,
                 episodes=steps * int(pool.get("batch_size", 0)) * int(pool.get("group_size", 0)),
             )

@@ -33,7 +33,7 @@ from a3r.blueprints import deep_merge
 from a3r.fixes import propose_fix
 from a3r.leader.failed_run import FailedRun
 from a3r.leader.goals import Goal
-from a3r.leader.knobs import get_dotted, get_knob, set_dotted
+from a3r.leader.knobs import get_knob, knob_value, set_dotted, set_knob_value
 from a3r.states import FailureKind, RunState
 from a3r.store import Run
 
@@ -86,18 +86,19 @@ class Revision(BaseModel):
 def check_changes(goal: Goal, run: FailedRun, changes: dict[str, Any]) -> dict[str, Any]:
     """`changes` as {knob key: value of the knob's type}; raises ValueError saying what is not allowed."""
     studied = {goal.factor.key} | ({goal.secondary.key} if goal.secondary is not None else set())
+    studied_fields = {f for key in studied for f in get_knob(key).fields}  # a clip ratio is both clip ends
     out: dict[str, Any] = {}
     for name, value in changes.items():
         try:
             knob = get_knob(name)
         except KeyError as e:
             raise ValueError(e.args[0]) from None
-        if knob.key in studied:
+        if knob.key in studied or studied_fields & set(knob.fields):
             raise ValueError(
                 f"{knob.key} is a studied variable: changing it would make {run.name} another arm"
             )
         new = knob.coerce(value)
-        if new == get_dotted(run.config, knob.key):
+        if new == knob_value(run.config, knob.key):
             raise ValueError(
                 f"{knob.key} is already {new!r} in the failed run; a retry needs a different value"
             )
@@ -123,7 +124,7 @@ def _overrides(changes: dict[str, Any]) -> dict[str, Any]:
     for key, value in changes.items():
         for req_key, req_value in get_knob(key).requires.items():
             set_dotted(out, req_key, req_value)
-        set_dotted(out, key, value)
+        set_knob_value(out, key, value)
     return out
 
 
@@ -184,7 +185,7 @@ def _decide(ws: Workspace, policy: Policy, goal: Goal, run: Run) -> Revision:
         failure_kind=failed.failure_kind,
         reason=failed.reason,
         policy=policy.name,
-        before={k: get_dotted(failed.config, k) for k in changes},
+        before={k: knob_value(failed.config, k) for k in changes},
         after=changes,
     )
     _write(ws, rev)

@@ -214,7 +214,11 @@ def test_speed_words_keep_the_auc_assumption():
             "names no two values of one variable",
             "variables=['batch size', 'group size']",
         ),
-        ("effect of the clip ratio on arithmetic", "it names no variable to study", "task=arithmetic"),
+        (
+            "effect of the widget size on arithmetic",
+            "it names no variable to study: 'widget size' is not a variable it knows (nearest: step size, group size",
+            "task=arithmetic",
+        ),
         ("Compare rank 4 with rank 4.5", "LoRA rank must be a whole number", "variable=LoRA rank"),
         (
             "best lr for countdown with full weights and lora rank 8",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from a3r.leader.goals import Criterion, Goal, GoalParseError, parse_goal
-from a3r.leader.knobs import KNOBS, find_knob, get_dotted, get_knob, set_dotted
+from a3r.leader.knobs import KNOBS, find_knob, get_dotted, get_knob, knob_value, set_dotted, set_knob_value
 from engine.jobs import TrainJob
 
 REFERENCE = (
@@ -180,9 +180,11 @@ def test_every_knob_is_a_train_job_field(knob):
         data: dict = {}
         for key, required in knob.requires.items():
             set_dotted(data, key, required)
-        set_dotted(data, knob.key, value)
+        set_knob_value(data, knob.key, value)
         job = TrainJob.model_validate(data).model_dump(mode="json")
-        assert get_dotted(job, knob.key) == value and type(get_dotted(job, knob.key)) is type(value)
+        for f in knob.fields:  # a clip ratio is both clip ends
+            assert get_dotted(job, f) == value and type(get_dotted(job, f)) is type(value)
+        assert knob_value(job, knob.key) == value
 
 
 def test_engine_variables_a_researcher_varies_are_knobs():
