@@ -2,9 +2,10 @@
 words it did not understand and the working forms closest to the sentence.
 
 Spelling: a word of six or more letters that is not in the parser's vocabulary (the knobs' names, aliases and
-value phrases, the task names, the question words) but is within a small edit of one word that is, is read
-as that word ("learnign" as "learning", "aritmetic" as "arithmetic"); every correction is said aloud as an
-assumption. Short words and numbers are never touched: "lr", "bs", "1e-5" mean what they say.
+value phrases, the task names, the question words) but is one typing slip (a letter dropped, doubled or
+added, two neighbours swapped) away from one that is, is read as that word ("learnign" as "learning",
+"aritmetic" as "arithmetic"); a changed letter is not a slip ("shaping" stays "shaping"), and every
+correction is said aloud as an assumption. Short words and numbers are never touched: "lr", "bs", "1e-5" mean what they say.
 
 Closest forms: the forms of `goals.FORMS`, filled in with the variable and task the sentence did name
 (or ones it nearly named), ranked by their similarity to the sentence (`difflib`). They are examples that
@@ -54,7 +55,7 @@ def correct_spelling(norm: str) -> tuple[str, list[tuple[str, str]]]:
         word = m.group(0)
         if len(word) < _MIN_LEN or word in vocab:
             return word
-        near = difflib.get_close_matches(word, vocab, n=1, cutoff=_CUTOFF)
+        near = [w for w in difflib.get_close_matches(word, vocab, n=3, cutoff=_CUTOFF) if _slip(word, w)]
         if not near or _inflection(word, near[0]):
             return word
         fixes.append((word, near[0]))
@@ -63,8 +64,25 @@ def correct_spelling(norm: str) -> tuple[str, list[tuple[str, str]]]:
     return re.sub(r"(?<![\w.-])[a-z]+(?![\w-])", fix, norm), fixes
 
 
+def _slip(word: str, target: str) -> bool:
+    """`word` is `target` with one letter dropped, doubled or added, or two neighbours swapped: the slips
+    of typing. A changed letter is not one ("shaping" is a word, not a slip for "sharing")."""
+    if len(word) == len(target):
+        diff = [i for i, (a, b) in enumerate(zip(word, target, strict=True)) if a != b]
+        return (
+            len(diff) == 2
+            and diff[1] == diff[0] + 1
+            and word[diff[0]] == target[diff[1]]
+            and word[diff[1]] == target[diff[0]]
+        )
+    short, long_ = sorted((word, target), key=len)
+    return len(long_) - len(short) == 1 and any(
+        long_[:i] + long_[i + 1 :] == short for i in range(len(long_))
+    )
+
+
 def _inflection(word: str, near: str) -> bool:
-    """"trained" for "train", "changed" for "change": another form of a word, not a slip."""
+    """ "trained" for "train", "changed" for "change": another form of a word, not a slip."""
     return word.startswith(near) or near.startswith(word)
 
 
@@ -130,8 +148,5 @@ def closest_forms(text: str, understood: dict[str, Any], n: int = 3) -> list[str
     if knob.kind == "choice":  # the numeric forms need a numeric variable; a choice is compared by name
         knob = get_knob("batch size")
     task = understood.get("task") or "arithmetic"
-    filled = [
-        t.format(v=knob.name.lower(), t=task, **_example_values(knob.key))
-        for t in _TEMPLATES
-    ]
+    filled = [t.format(v=knob.name.lower(), t=task, **_example_values(knob.key)) for t in _TEMPLATES]
     return sorted(filled, key=lambda f: -difflib.SequenceMatcher(None, text.lower(), f).ratio())[:n]

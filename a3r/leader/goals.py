@@ -251,8 +251,9 @@ _MAX = re.compile(
 )
 _BEST = re.compile(
     r"\b(?:best|optimal|optimum|ideal|right|best\s+performing|best-performing)\s+(?:value\s+(?:of|for)\s+)?"
-    r"(?:the\s+)?(?:choice\s+of\s+(?:the\s+)?)?<K(\d+)>"
+    rf"(?:the\s+)?(?:choice\s+of\s+(?:the\s+)?)?{_OF}<K(\d+)>"
     r"|\b(?:tune|optimi[sz]e)\s+(?:the\s+)?<K(\d+)>"
+    r"|\b(?:what|which)\s+<K(\d+)>\s+(?:should|would|do|shall)\s+(?:i|we|you)\s+(?:use|pick|choose|take|go\s+with)"
     r"|\bwhich\s+(?:of\s+(?:the\s+|these\s+)?)?<K(\d+)>[^<]*\b(?:best|better|most|highest|fastest|quickest)\b"
     r"|\bwhich\s+of\s+(?:the\s+|these\s+)?<K(\d+)>"
     r"|<K(\d+)>\s+(?:that|which)\s+(?:maximi[sz]es|gives\s+the\s+(?:highest|best)|works\s+best)"
@@ -270,6 +271,7 @@ _EFFECT = re.compile(
     r"(?:matters?|makes?\s+a\s+difference|affects?|changes?|influences?|impacts?)"
     r"|\bis\s+(?:the\s+)?<K(\d+)>\s+important"
     r"|\b(?:vary|varying|sweep|sweeping)\s+(?:the\s+)?<K(\d+)>"
+    r"|<K(\d+)>\s+(?:sweep|scan|ablation)\b"
 )
 _EFFICIENT = re.compile(
     r"\b(?:(?:sample|compute)[\s-])?efficient(?:ly)?\b|\b(?:quick|fast)(?:er|est|ly)?\b"
@@ -466,12 +468,17 @@ def _studied_factor(
     # the range may follow any mention of the variable ("smallest batch size ... (batch size 1 to 64)")
     levels = next((lv for k, seg in segs if k.key == knob.key and (lv := _levels(seg))), None)
     levels = levels or _levels(main[: primary[0]])
+    if levels is not None and levels[0] == "set" and (m := _LEADING.search(main[: primary[0]])):
+        levels = ("set", list(dict.fromkeys([float(m.group(1)), *levels[1]])))
     phrase = main[primary[0] : primary[1]]
     if levels is not None and (per := _per(knob, phrase)) is not None:
         levels = _divided(knob, phrase, per, levels, main, mentions, understood, assumptions)
     factor = _factor(knob, levels, _named(values, knob), "studied", understood, assumptions)
     understood["range"] = factor.describe()
     return factor
+
+
+_LEADING = re.compile(rf"{_FREE}{_NUM}\s*$")  # a number written just before the variable: "16 max tokens"
 
 
 def _per(knob: Knob, phrase: str) -> Knob | None:
@@ -562,7 +569,11 @@ def _compare_factor(
         ]
         return _compared(group[0].knob, [v.value for v in group], understood)
     if numeric := _compared_numbers(main, mentions):
-        return _compared(*numeric, understood)
+        knob, nums = numeric
+        phrase = next(main[a:b] for a, b, k in mentions if k.key == knob.key)
+        if (per := _per(knob, phrase)) is not None:
+            nums = _divided(knob, phrase, per, ("set", nums), main, mentions, understood, assumptions)[1]
+        return _compared(knob, nums, understood)
     seen = [
         f"{vs[0].phrase} ({vs[0].knob.name})"
         for k, vs in own.items()
@@ -680,7 +691,7 @@ def _parse(text: str) -> Goal:
     values, mentions = _mentions(norm)
     task = _task(values, understood, assumptions)
     shape, primary, cue = _shape(norm, mentions)
-    if shape is None and not mentions:
+    if not mentions and all(v.knob.key == "task" for v in values):
         unknown = unknown_variable(norm)
         raise GoalParseError(
             "it names no variable to study" + (f": {unknown}" if unknown else ""),
@@ -699,8 +710,12 @@ def _parse(text: str) -> Goal:
     main_values = [v for v in values if v.end <= len(main)]
     if shape == "compare":
         factor = _compare_factor(main, main_mentions, main_values, understood, assumptions)
-        if len(factor.values or []) >= 3 and _WHICH_BEST.search(main):
+        if len(factor.values or []) >= 3:  # which of three or more is best: analysed (and so named) as best
             shape = understood["shape"] = "best"
+            if not _WHICH_BEST.search(main):
+                assumptions.append(
+                    f"{len(factor.values)} {factor.name} values are compared: the question is which is best"
+                )
     else:
         factor = _studied_factor(main, primary, main_mentions, main_values, understood, assumptions)
     secondary = _secondary(clause, factor, understood, assumptions)
@@ -721,6 +736,11 @@ def _parse(text: str) -> Goal:
     steps = None
     if m := _STEPS.search(norm):
         steps = int(m.group(1) or m.group(2))
+    if "swarm.training.max_steps" in studied:
+        steps = None  # "10 or 20 training steps" are the levels, not the run length
+    elif "swarm.training.max_steps" in fixed:  # "max total_training_steps: 60" is the run length
+        steps = steps or fixed["swarm.training.max_steps"]
+        del fixed["swarm.training.max_steps"]
     refine = factor.values is not None and factor.knob.kind != "choice" and bool(_REFINE.search(norm))
     if refine:
         assumptions.append(f"values between the named {factor.name} values may be added ('refine')")

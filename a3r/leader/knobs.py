@@ -236,7 +236,7 @@ KNOBS: tuple[Knob, ...] = (
         short="lr",
         default_range=(1e-6, 1e-4),
         minimum=0,
-        aliases=("learning rate", "learning rates", "learning-rate", "lr", "step size", "learnign rate", "learning rat"),
+        aliases=("learning rate", "learning rates", "learning-rate", "lr", "step size"),
     ),
     Knob(
         "max response length",
@@ -370,7 +370,7 @@ KNOBS: tuple[Knob, ...] = (
         short="T",
         default_range=(0.5, 1.5),
         minimum=0,
-        aliases=("sampling temperature", "temperature", "temperatures", "temp", "tempreature"),
+        aliases=("sampling temperature", "temperature", "temperatures", "temp"),
     ),
     Knob(
         "policy loss",

@@ -143,7 +143,7 @@ def test_secondary_range_is_its_own():
         ("find the smallest widget count", "names no variable", "nothing usable"),
         ("batch size for arithmetic", "no recognised question", "task=arithmetic"),
         ("find the best batch size between 64 and 1", "low < high", "variable=batch size"),
-        ("compare things on arithmetic versus nothing", "names no two values", "shape=compare"),
+        ("compare things on arithmetic versus nothing", "'things' is not a variable it knows", "task=arithmetic"),
         ("find the smallest batch size between 2.5 and 8", "whole number", "shape=minimum"),
     ],
 )
