@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from a3r.leader.goal_help import closest_forms, correct_spelling, unknown_variable
 from a3r.leader.knobs import KNOBS, Knob, find_knob, get_knob, phrase_pattern
 
-__all__ = ["FORMS", "Criterion", "Factor", "Goal", "GoalParseError", "parse_goal"]
+__all__ = ["FORMS", "Criterion", "Factor", "Goal", "GoalParseError", "named_numbers", "parse_goal"]
 
 Shape = Literal["minimum", "maximum", "best", "effect", "compare"]
 
@@ -664,6 +664,11 @@ def _criterion(norm: str) -> Criterion:
     if m := _REL_OF.search(norm):
         return Criterion(value=float(m.group(1)) / 100)
     return Criterion()
+
+
+def named_numbers(text: str) -> list[float]:
+    """Every number the sentence names, read as the parser reads them (".5" is 0.5, "3 x 10^-6" is 3e-6)."""
+    return _numbers(_normalise(text))
 
 
 def parse_goal(text: str) -> Goal:

@@ -27,8 +27,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from a3r.analysis import Evidence, fmt
 from a3r.leader.design import Arm, ResearchBudget, StageDesign, arm_label, grid
 from a3r.leader.endpoint import Endpoint, JsonChat, LLMOutputError
-from a3r.leader.goals import Criterion, Factor, Goal, GoalParseError
-from a3r.leader.knobs import KNOBS, get_dotted, get_knob
+from a3r.leader.goal_llm import read_goal
+from a3r.leader.goals import Goal
+from a3r.leader.knobs import KNOBS, get_dotted
 from a3r.leader.policy import Decision, OfflinePolicy
 from a3r.leader.recovery import FailedRun, check_changes
 
@@ -41,25 +42,6 @@ SKILLS_DIR = Path(__file__).resolve().parents[2] / "skills"
 # -- answer schemas -------------------------------------------------------------------------------------
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-class FactorSpec(_Strict):
-    variable: str = Field(description="Dotted TrainJob key of a known variable.")
-    low: float | None = None
-    high: float | None = None
-    values: list[Any] | None = None
-
-
-class GoalSpec(_Strict):
-    shape: Literal["minimum", "maximum", "best", "effect", "compare"]
-    factor: FactorSpec
-    secondary: FactorSpec | None = None
-    task: str = "arithmetic"
-    fixed: dict[str, Any] = Field(default_factory=dict)
-    statistic: Literal["final", "auc"] = "final"
-    criterion: Criterion = Criterion()
-    steps: int | None = None
-    assumptions: list[str] = Field(default_factory=list)
 
 
 class ArmSpec(_Strict):
@@ -153,43 +135,13 @@ class LLMPolicy:
 
     # -- Policy -------------------------------------------------------------------------------------------
     def understand(self, text: str) -> Goal:
-        schema = json.dumps(GoalSpec.model_json_schema())
-        prompt = (
-            f"Research goal: {text!r}\n\nTurn it into this JSON schema: {schema}\n"
-            "shape: minimum/maximum (smallest/largest value that still achieves the objective), best, effect, "
-            "compare. factor/secondary.variable must be one of the TrainJob keys above; give low+high or values."
+        return read_goal(
+            self.ask,
+            text,
+            self.offline.understand,
+            (LLMOutputError, openai.APIError),
+            lambda e: self._fallback("reading of the goal", e),
         )
-        try:
-            return self.ask(prompt, GoalSpec, lambda spec: self._goal(text, spec))
-        except (LLMOutputError, openai.APIError) as e:
-            try:
-                goal = self.offline.understand(text)
-            except GoalParseError as pe:
-                raise GoalParseError(f"the LLM failed ({e}) and {pe.problem}", pe.understood) from None
-            self._fallback("reading of the goal", e)
-            return goal.model_copy(
-                update={"assumptions": [*goal.assumptions, f"read by the offline parser: {e}"]}
-            )
-
-    def _goal(self, text: str, spec: GoalSpec) -> Goal:
-        factor = self._factor(spec.factor)
-        return Goal(
-            text=text,
-            shape=spec.shape,
-            factor=factor,
-            secondary=self._factor(spec.secondary) if spec.secondary else None,
-            task=spec.task,
-            fixed=spec.fixed,
-            statistic=spec.statistic,
-            criterion=spec.criterion,
-            steps=spec.steps,
-            assumptions=spec.assumptions,
-        )
-
-    @staticmethod
-    def _factor(spec: FactorSpec) -> Factor:
-        knob = get_knob(spec.variable)
-        return Factor(key=knob.key, low=spec.low, high=spec.high, values=spec.values)
 
     def plan_stage(
         self, goal: Goal, budget: ResearchBudget, stages: list[StageDesign], evidence: Evidence | None
@@ -323,12 +275,8 @@ class LLMPolicy:
         arms = []
         for a in spec.arms:
             x = goal.factor.knob.coerce(a.x)
-            if (
-                goal.factor.values is not None
-                and goal.factor.knob.kind == "choice"
-                and x not in goal.factor.values
-            ):
-                raise ValueError(f"{x!r} is not among the compared values {goal.factor.values}")
+            if goal.factor.values is not None and not goal.refine and x not in goal.factor.values:
+                raise ValueError(f"{x!r} is not among the studied values {goal.factor.values} the goal names")
             level = goal.secondary.knob.coerce(a.level) if goal.secondary is not None else None
             if goal.secondary is not None and level not in levels:
                 raise ValueError(f"level {level!r} is not one of the secondary levels {levels}")

@@ -14,7 +14,11 @@ from a3r.leader.llm import LLMPolicy
 from a3r.leader.policy import OfflinePolicy
 from a3r.report import question_of
 
-GOAL_TEXT = "what is the smallest batch size that trains arithmetic in about 20 steps?"
+# the numbers of the studied variables are the researcher's: the LLM may not invent them (a3r.leader.goal_llm)
+GOAL_TEXT = (
+    "what is the smallest batch size (1 to 16) that trains arithmetic in about 20 steps, and does a max "
+    "tokens of 16 or 64 change it?"
+)
 GOAL_JSON = json.dumps(
     {
         "shape": "minimum",
