@@ -128,6 +128,8 @@ class ReportData:
 
 
 def _status(ev: Evidence, label: str, level: Any) -> str:
+    """The arm's label in the tables; never more than the answer says: "best" only when the best is
+    conclusive (a lead that is not separated, or the only value tested, is not "best")."""
     for le in ev.levels:
         if le.level != level:
             continue
@@ -135,7 +137,7 @@ def _status(ev: Evidence, label: str, level: Any) -> str:
             return le.threshold.status.get(label, "")
         if le.best is not None and le.best.best is not None:
             if le.best.best.label == label:
-                return "best"
+                return "best" if le.best.conclusive else "leads" if le.best.tied else ""
             if any(a.label == label for a in le.best.tied):
                 return "not separated"
             if any(a.label == label for a in le.best.dominated):

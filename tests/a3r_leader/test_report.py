@@ -159,3 +159,29 @@ def test_llm_written_designs_and_decisions_are_vetted(ws, record):
     view = data.stages[0]
     assert view.design.purpose == "Batch sizes 1, 4 and 16 should reach [unverified] quickly."
     assert view.decision["reason"] == "16 reached [unverified], done."
+
+
+def _rows_for(goal_text: str, finals: dict, seeds: int = 3):
+    """Table rows of the analysis of runs whose final held-out score is finals[x] + 0.02 * seed."""
+    from a3r.analysis import RunObs
+    from a3r.report.data import _arm_rows
+
+    goal = parse_goal(goal_text)
+    obs = [
+        RunObs(i, 1, s, x, None, f"lr={x}", "succeeded", ((0, 0.1), (4, v + 0.02 * s)))
+        for i, (x, v, s) in enumerate(((x, v, s) for x, v in finals.items() for s in range(seeds)), 1)
+    ]
+    ev = analyse(question_of(goal, ResearchBudget(), eval_items=64), obs)
+    return ev, {r.label: r.status for r in _arm_rows(ev)}
+
+
+def test_table_labels_never_contradict_the_answer():
+    """Issue 25: a campaign stopped after its calibration labelled its only arm "best" while the answer said
+    "cannot tell". "best" is printed only when the answer names that best."""
+    text = "Which learning rate trains arithmetic best: 3e-6, 1.5e-5 or 6e-5?"
+    ev, status = _rows_for(text, {1.5e-5: 0.6})  # the calibration's reference arm alone
+    assert ev.answer.startswith("Cannot tell") and status == {"lr=1.5e-05": ""}
+    ev, status = _rows_for(text, {3e-6: 0.58, 1.5e-5: 0.6, 6e-5: 0.1})  # a lead that is not separated
+    assert not ev.conclusive and status == {"lr=3e-06": "not separated", "lr=1.5e-05": "leads", "lr=6e-05": "worse"}
+    ev, status = _rows_for(text, {3e-6: 0.2, 1.5e-5: 0.6, 6e-5: 0.1})
+    assert ev.conclusive and status["lr=1.5e-05"] == "best" and "Best learning rate: 1.5e-05" in ev.answer
