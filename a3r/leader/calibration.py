@@ -305,20 +305,23 @@ def pool_seeds(design: StageDesign, earlier: list[StageDesign]) -> StageDesign |
     return design.model_copy(update={"arms": arms, "rationale": [*design.rationale, note]})
 
 
-def wall_budget_advice(budget: ResearchBudget, needed: int, left: int, per_run_s: float, spent_s: float) -> str:
-    """The answer when training is visible but the wall budget cannot hold the first comparison: "cannot
-    tell", with the total_wall_s that would hold it at the measured cost per run."""
+def wall_budget_advice(
+    budget: ResearchBudget, needed: int, left: int, per_run_s: float, spent_s: float, campaign: str = "<campaign>"
+) -> str:
+    """The answer when training is visible but the budget cannot hold the first comparison: "cannot tell",
+    with the budget that would hold it (at the measured cost per run) and the command that continues this
+    campaign under it, keeping every finished run."""
     total = budget.total_wall_s
-    suggest = math.ceil((spent_s + needed * per_run_s) / 60) * 60
-    held = (
-        f"the wall budget ({fmt(total)} s, {fmt(spent_s)} s spent) holds {left} more at about {fmt(per_run_s)} s each"
-        if total is not None
-        else f"the run budget (max_runs {budget.max_runs}) holds {left} more"
-    )
+    if total is not None:
+        held = f"the wall budget ({fmt(total)} s, {fmt(spent_s)} s spent) holds {left} more at about {fmt(per_run_s)} s each"
+        more = f"total_wall_s={math.ceil((spent_s + needed * per_run_s) / 60) * 60}"
+    else:
+        held = f"the run budget (max_runs {budget.max_runs}) holds {left} more"
+        more = f"max_runs={budget.max_runs - left + needed}"
     return (
         f"Cannot tell: the budget is spent before any comparison. Training is visible, but the first stage needs "
-        f"{needed} run(s) and {held}. To answer, rerun with --budget total_wall_s={suggest} (or raise max_runs, "
-        "or name fewer values or seeds)."
+        f"{needed} run(s) and {held}. To answer, continue this campaign with `a3r resume {campaign} --budget "
+        f"{more}` (its finished runs are kept and pooled, none is rerun), or name fewer values or seeds."
     )
 
 

@@ -182,9 +182,12 @@ def _lead(args: argparse.Namespace, campaign: str, goal: str | None) -> int:
     ws = None
     try:
         config = _leader_config(args, goal, campaign) if goal is not None else None
+        more = _budget_overrides(getattr(args, "budget", [])) if config is None else None
         policy = _policy(args)
         ws = _workspace(args, campaign, create=config is not None)
-        state = run_campaign(ws, policy, config, campaign=campaign, timeout_s=args.timeout, echo=_say)
+        state = run_campaign(
+            ws, policy, config, campaign=campaign, timeout_s=args.timeout, echo=_say, budget=more or None
+        )
     except Exception as e:
         code = _exit_code(e)
         if code is None:
@@ -253,7 +256,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    """Continue a campaign whose leader was stopped or killed."""
+    """Continue a campaign whose leader was stopped or killed, or a finished one with a larger --budget."""
     return _lead(args, args.campaign, None)
 
 
@@ -348,7 +351,18 @@ def add_leader_commands(subparsers: Any, *, goal_submit: bool = False) -> None:
     _campaign_args(s)
     s.set_defaults(fn=cmd_plan)
 
-    s = subparsers.add_parser("resume", help="continue a campaign whose leader was stopped or killed")
+    s = subparsers.add_parser(
+        "resume",
+        help="continue a campaign whose leader was stopped or killed, or a finished one with a larger --budget",
+    )
     s.add_argument("campaign")
+    s.add_argument(
+        "--budget",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE[,KEY=VALUE]",
+        help="continue a finished campaign (one its budget stopped) under these ResearchBudget fields, e.g. "
+        "--budget total_wall_s=3600,max_runs=60; every finished run is kept and pooled, none is rerun",
+    )
     _policy_args(s)
     s.set_defaults(fn=cmd_resume)

@@ -284,7 +284,7 @@ def build_graph(ws: Workspace, policy: Policy) -> StateGraph:
             try:
                 nxt = policy.plan_stage(goal, sized, designs, None)
             except BudgetError as e:  # the calibration spent what the grid needed: an answer, not a crash
-                advice = wall_budget_advice(budget, e.needed, e.left, per_run, spent)
+                advice = wall_budget_advice(budget, e.needed, e.left, per_run, spent, cfg.campaign)
                 decision = Decision(action="finish", reason=f"{seen} {' '.join(why)} {advice}")
                 out = finish_stage(state, f"{seen} {advice}", decision, designs, records)
                 return {**out, "calibration": cals, "budget": sized.model_dump(mode="json")}

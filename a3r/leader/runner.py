@@ -23,14 +23,16 @@ from typing import IO, Any
 
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import Command
+from pydantic import ValidationError
 
 from a3r.api import Workspace
+from a3r.leader.design import ResearchBudget
 from a3r.leader.graph import build_graph
 from a3r.leader.policy import Policy
 from a3r.leader.state import LeaderConfig
 from a3r.leader.waiting import ensure_monitor, should_wake
 
-__all__ = ["CampaignError", "checkpoint_path", "resume_campaign", "run_campaign"]
+__all__ = ["CampaignError", "checkpoint_path", "continue_state", "resume_campaign", "run_campaign"]
 
 Echo = Callable[[str], None]
 
@@ -56,11 +58,13 @@ def run_campaign(
     campaign: str | None = None,
     timeout_s: float | None = None,
     echo: Echo | None = None,
+    budget: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run (or continue) a campaign until its report is written; returns the final graph state.
 
     Give `config` to start one (starting an existing campaign with the same goal continues it), or only
-    `campaign` to resume. `timeout_s` bounds this call; the campaign stays resumable after it.
+    `campaign` to resume. `timeout_s` bounds this call; the campaign stays resumable after it. `budget`
+    (ResearchBudget fields) continues a finished campaign with a larger budget (`continue_state`).
     """
     name = config.campaign if config is not None else campaign
     if not name:
@@ -90,11 +94,23 @@ def run_campaign(
                 raise CampaignError(
                     f"campaign {name!r} already exists with the goal {stored['goal']!r}; resume it or pick another name"
                 )
-            if not snap.next:
+            if budget and config is not None:
+                raise CampaignError("a larger budget continues a campaign: give it to `resume`, not with a goal")
+            if budget and snap.next:
+                raise CampaignError(
+                    f"campaign {name!r} has not finished (next: {', '.join(snap.next)}); resume it without "
+                    "--budget, and give a larger budget once it has ended"
+                )
+            if budget:
+                # back to the analysis of the last stage, which plans on under the larger budget
+                app.update_state(thread, continue_state(ws, snap.values, budget), as_node="wait")
+                say(f"campaign {name}: continuing with {', '.join(f'{k}={v}' for k, v in budget.items())}")
+            elif not snap.next:
                 say(f"campaign {name}: already finished")
                 return snap.values
+            else:
+                say(f"campaign {name}: resuming at {', '.join(snap.next)}")
             inp = None  # continue from the last checkpoint: re-runs the interrupted node
-            say(f"campaign {name}: resuming at {', '.join(snap.next)}")
         while True:
             app.invoke(inp, thread)
             snap = app.get_state(thread)
@@ -108,6 +124,46 @@ def run_campaign(
     finally:
         conn.close()
         lock.close()  # releases the flock (the kernel does the same for a killed leader)
+
+
+def continue_state(ws: Workspace, values: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """The state updates that reopen a finished campaign under a larger budget.
+
+    The configured budget takes `overrides`; so does the budget the calibration sized (its seeds and steps
+    stay, its run and wall limits become the new ones). The wall clock counts only the time the campaign
+    ran (its first plan to its last finished attempt), not the time it sat finished. Every run in the
+    store stays and is pooled: the next stage continues each arm's seed numbers.
+    """
+    cfg = LeaderConfig.model_validate(values["config"])
+    try:
+        new = ResearchBudget.model_validate({**cfg.budget.model_dump(), **overrides})
+    except ValidationError as e:
+        raise ValueError(f"--budget: {e.errors()[0]['msg']}") from None
+    last = values["stages"][-1]["index"] if values.get("stages") else None
+    update: dict[str, Any] = {
+        "config": cfg.model_copy(update={"budget": new}).model_dump(mode="json"),
+        # the last stage is analysed again: a calibration's measurement is taken anew, not twice
+        "calibration": [c for c in values.get("calibration", []) if c["stage"] != last],
+        "pending": None,
+        "waiting": False,
+        "status": "running",
+        "continued": [*values.get("continued", []), {"at": time.time(), "budget": dict(overrides)}],
+    }
+    if values.get("budget"):
+        limits = {k: getattr(new, k) for k in ("max_runs", "total_wall_s", "max_stages", "min_stages")}
+        sized = {**values["budget"], **limits, **overrides}
+        update["budget"] = ResearchBudget.model_validate(sized).model_dump(mode="json")
+    ended = [
+        a.ended_at
+        for r in ws.runs(campaign_id=values["campaign_id"])
+        for a in ws.attempts(r.id)
+        if a.ended_at is not None
+    ]
+    started = values.get("started_at")
+    if started is not None:
+        used = max(0.0, max(ended, default=started) - started)
+        update["started_at"] = time.time() - used
+    return update
 
 
 def _lock(path: Path, campaign: str) -> IO[str]:

@@ -71,3 +71,4 @@ class LeaderState(TypedDict, total=False):
     waiting: bool  # the wait node found unfinished runs
     report: dict[str, Any]  # paths of the written report
     status: str  # planning | running | done
+    continued: list[dict[str, Any]]  # each continuation with a larger budget: {"at": time, "budget": overrides}

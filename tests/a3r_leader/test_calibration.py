@@ -72,9 +72,9 @@ def test_a_calibration_that_spends_the_wall_budget_ends_in_cannot_tell_with_the_
     with pytest.raises(BudgetError) as e:
         OfflinePolicy().plan_stage(goal, sized, [design], None)
     assert (e.value.needed, e.value.left) == (3, 2)  # batch size 2 needs min_seeds=3 runs
-    advice = wall_budget_advice(budget, e.value.needed, e.value.left, 120, 810)
-    # 810 s spent + 3 runs x 120 s = 1170 s, rounded up to the minute: 1200
-    assert advice.startswith("Cannot tell") and "--budget total_wall_s=1200" in advice
+    advice = wall_budget_advice(budget, e.value.needed, e.value.left, 120, 810, "demo")
+    # 810 s spent + 3 runs x 120 s = 1170 s, rounded up to the minute: 1200; the campaign continues with it
+    assert advice.startswith("Cannot tell") and "`a3r resume demo --budget total_wall_s=1200`" in advice
     assert "needs 3 run(s)" in advice and "holds 2 more at about 120 s each" in advice
 
 
