@@ -1,5 +1,9 @@
-"""`a3r plan "<goal>"`: the question as understood, the calibration and first-stage designs, and an ETA,
-without running anything.
+"""`a3r plan "<goal>"`: the question as understood, the calibration and first-stage designs, an ETA, and
+whether the budget can answer at all, without running anything.
+
+The budget can answer when the calibration and the first comparison (stage 1) fit in its runs
+(`max_runs`) and, by the cost model, in its wall time (`total_wall_s`). When they do not, the plan shows
+the design the goal needs (sized with the run limit lifted) and the budget that holds it, as a command.
 
 The ETA comes from the measured cost model in `a3r.leader.costs`. A campaign re-estimates from its own
 calibration runs before the grid (the report shows estimated against actual); these priors only size the
@@ -8,12 +12,13 @@ plan before anything ran, and say so. Models without a prior get none: the plan 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from typing import Any
 
 from a3r.leader.calibration import calibration_stage
 from a3r.leader.costs import run_seconds
-from a3r.leader.design import ResearchBudget, StageDesign, first_stage
+from a3r.leader.design import BudgetError, ResearchBudget, StageDesign, first_stage
 from a3r.leader.goals import Goal
 from a3r.leader.knobs import get_dotted
 from a3r.report.data import question_of
@@ -29,10 +34,35 @@ class CampaignPlan:
     stages: list[StageDesign]
     stage_eta_s: list[float | None]
     slots: int
+    # the budget that holds the calibration and the first comparison ({} when this one does), and why not
+    needed: dict[str, Any] = field(default_factory=dict)
+    shortfall: list[str] = field(default_factory=list)
 
     @property
     def eta_s(self) -> float | None:
         return None if any(e is None for e in self.stage_eta_s) else sum(self.stage_eta_s)
+
+    @property
+    def can_answer(self) -> bool:
+        """The calibration and the first comparison fit in the budget's runs and (estimated) wall time."""
+        return not self.shortfall
+
+    def verdict(self) -> str:
+        """Whether the budget can answer, in one or two sentences a researcher can act on."""
+        runs = sum(s.n_runs for s in self.stages)
+        eta = f", about {self.eta_s / 60:.0f} min by the cost model" if self.eta_s is not None else ""
+        if self.can_answer:
+            return (
+                f"The budget can answer: the calibration and the first comparison take {runs} run(s){eta}, "
+                f"within max_runs {self.budget.max_runs}"
+                + (f" and total_wall_s {self.budget.total_wall_s:g}" if self.budget.total_wall_s else "")
+                + "."
+            )
+        more = ",".join(f"{k}={v}" for k, v in self.needed.items())
+        return (
+            f"The budget cannot answer: {'; '.join(self.shortfall)}. The calibration and the first comparison "
+            f"take {runs} run(s){eta}: run with --budget {more} (or name fewer values or seeds)."
+        )
 
     def as_json(self) -> dict[str, Any]:
         q = question_of(self.goal, self.budget)
@@ -71,6 +101,9 @@ class CampaignPlan:
                 for s, e in zip(self.stages, self.stage_eta_s, strict=True)
             ],
             "eta_s": self.eta_s,
+            "can_answer": self.can_answer,
+            "verdict": self.verdict(),
+            "needed_budget": self.needed,
             "eta_note": "prior estimate before any run (measured costs on a 2-core CPU); later stages are sized "
             "from the calibration's measurements",
             "budget": self.budget.model_dump(mode="json"),
@@ -102,9 +135,11 @@ class CampaignPlan:
                 )
         if self.eta_s is not None:
             lines.append(
-                f"ETA of these stages on {self.slots} slot(s): about {self.eta_s / 60:.1f} min (prior estimate; "
-                "the grid is re-sized from the calibration's measured cost and noise)."
+                f"ETA of these stages on {self.slots} slot(s): about {self.eta_s / 60:.1f} min (prior estimate, "
+                "evaluations and checkpoints included; the grid is re-sized from the calibration's measured cost "
+                "and noise)."
             )
+        lines.append(self.verdict())
         return "\n".join(lines)
 
 
@@ -121,14 +156,33 @@ def stage_prior_s(goal: Goal, design: StageDesign, base_job: dict[str, Any], slo
 def plan_campaign(
     goal: Goal, budget: ResearchBudget, base_job: dict[str, Any], *, slots: int = 1
 ) -> CampaignPlan:
-    """The stages a campaign starts with: the calibration (unless turned off) and the first grid as the
-    budget sizes it before any measurement."""
+    """The stages a campaign starts with (the calibration unless turned off, and the first grid as the
+    budget sizes it before any measurement), and whether they fit the budget. A first grid the runs cannot
+    hold is shown as the goal needs it (the run limit lifted), with the budget that would hold it."""
     stages: list[StageDesign] = []
     if budget.calibrate:
         stages.append(calibration_stage(goal, budget, base_job=base_job))
-    stages.append(first_stage(goal, budget, prior=list(stages)))
+    shortfall: list[str] = []
+    try:
+        stages.append(first_stage(goal, budget, prior=list(stages)))
+    except BudgetError as e:
+        shortfall.append(f"the first comparison needs {e.needed} run(s) and max_runs {budget.max_runs} leaves {e.left}")
+        lifted = budget.model_copy(update={"max_runs": sum(s.n_runs for s in stages) + e.needed})
+        stages.append(first_stage(goal, lifted, prior=list(stages)))
     etas = [stage_prior_s(goal, st, base_job, slots) for st in stages]
     model = str(get_dotted(base_job, "swarm.model.name", ""))
     if goal.fixed.get("swarm.model.name"):
         model = str(goal.fixed["swarm.model.name"])
-    return CampaignPlan(goal, budget, model, stages, etas, slots)
+    plan = CampaignPlan(goal, budget, model, stages, etas, slots, shortfall=shortfall)
+    runs = sum(s.n_runs for s in stages)
+    needed: dict[str, Any] = {}
+    if runs > budget.max_runs:
+        needed["max_runs"] = runs
+    eta = plan.eta_s
+    if budget.total_wall_s is not None and eta is not None and eta > budget.total_wall_s:
+        shortfall.append(
+            f"by the cost model they take about {eta / 60:.0f} min and total_wall_s is {budget.total_wall_s:g} s"
+        )
+        needed["total_wall_s"] = math.ceil(eta / 60) * 60
+    plan.needed = needed if shortfall else {}
+    return plan
