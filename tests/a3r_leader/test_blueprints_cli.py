@@ -30,6 +30,23 @@ def test_train_job_layers_goal_arm_and_budget():
     assert sw["training"]["mini_batch_size"] == sw["pool"]["batch_size"] * 8  # one update per step
 
 
+def test_studied_training_steps_and_clip_ratio_reach_the_job():
+    """A goal that studies the steps gives each arm its own max_steps (the stage's steps are the default);
+    a clip ratio is both clip ends; both read back as the arm's value."""
+    from a3r.leader.knobs import knob_value
+
+    goal = parse_goal("how many training steps does arithmetic need: 10, 20 or 40?")
+    job = train_job(goal, Arm(x=10, seeds=[0], why="t"), steps=20)
+    assert job["swarm"]["training"]["max_steps"] == 10 and knob_value(job, goal.factor.key) == 10
+    goal = parse_goal("best clip ratio for countdown: 0.1, 0.2 or 0.3")
+    job = train_job(goal, Arm(x=0.3, seeds=[0], why="t"), steps=20)
+    assert (job["swarm"]["algorithm"]["clip_low"], job["swarm"]["algorithm"]["clip_high"]) == (0.3, 0.3)
+    assert knob_value(job, goal.factor.key) == 0.3 and job["swarm"]["training"]["max_steps"] == 20
+    # a run length written as a setting ("max total_training_steps: 60") is the goal's steps, not a fixed knob
+    g = parse_goal("smallest batch size that trains arithmetic (1 to 64); max total_training_steps: 60")
+    assert g.steps == 60 and "swarm.training.max_steps" not in g.fixed
+
+
 def test_invalid_arms_fail_with_the_engines_reason():
     goal = parse_goal("smallest batch size that trains arithmetic (1 to 8)")
     base = {"swarm": {"training": {"mini_batch_size": 2, "micro_batch_size": 4}}}
