@@ -32,8 +32,8 @@ class RunCost:
 # Measured with `swarm train` on a 2-core AMD EPYC container (torch 2.13 CPU): SmolLM2 takes about 15 s to
 # start, 3 s for a step of 8 episodes and 9 s for 32 (12-token replies), 11 s to evaluate 64 items.
 # A checkpoint (full weights + AdamW state, written and fsynced by engine.training.checkpoint, every step by
-# default), by benchmarks/checkpoint_cost.py on the same container under load (load average 11 to 14):
-# SmolLM2 7.9 to 11.3 s over 4 saves, tiny 0.56 to 0.63 s. Issue 25's campaigns ran 334 and 383 s per run
+# default), timed the way benchmarks/checkpoint_cost.py does on the same container under load: SmolLM2 7.9
+# to 11.3 s over 4 saves (load average 14), tiny 0.56 to 0.63 s (load average 11). Issue 25's campaigns ran 334 and 383 s per run
 # where the model without checkpoints said 170 s at 20 steps: about 8 s a step unexplained, the checkpoint.
 RUN_COST: dict[str, RunCost] = {
     "smollm2-135m": RunCost(start=15.0, step=1.0, per_episode=0.25, per_item=0.17, per_checkpoint=8.0),
