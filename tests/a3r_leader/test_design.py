@@ -219,7 +219,7 @@ def _simulated_values(text: str, truth, campaigns: int = 40) -> set:
     for c in range(campaigns):
         rng = np.random.default_rng(c)
 
-        def score(x, lvl, s):
+        def score(x, lvl, s, rng=rng):
             return float(np.clip(truth(x) + rng.normal(0, 0.05), 0, 1))
 
         cal = calibration_stage(goal, budget)
