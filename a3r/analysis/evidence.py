@@ -24,9 +24,17 @@ Shapes:
   interval against the researcher's number. The answer is the cheapest passing value; it is conclusive
   when the next cheaper tested value fails (or none was tested) and no costlier value fails.
 - best: among arms that train, the highest mean; conclusive when its Welch difference to every other
-  labelled arm is above 0 at the Bonferroni-adjusted level.
+  labelled arm is above 0 at the look's level. Naming arm i needs i to beat *every* other arm, so it
+  needs i to beat the true best j, whose one-sided error is alpha / (2 looks); the worst case is two
+  tied leaders (either may be named: 2 x alpha / (2 looks)); with three or more tied, beating all of them
+  at once is rarer still. So the conjunction needs no Bonferroni split over the k - 1 comparisons (an
+  intersection-union test); `tests/a3r_leader/test_campaign_sim.py` checks the two-leader worst case.
 - compare: Welch difference of the two arms; a winner must train.
 - effect: Welch difference of the highest and the lowest x; stated only when some arm trains.
+
+Confirmation: `analyse(..., confirm_stage=k)` answers from stage k's runs alone (fresh seeds, one look at
+the full alpha), keeping the pooled evidence of the stages before it as `Evidence.exploration`; with
+`provisional=True` (a campaign whose answer needs a confirmation that has not run) nothing is conclusive.
 
 Verdict sentences are built here from the numbers, so every number a report prints traces to a run.
 """
@@ -36,13 +44,20 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from scipy.stats import norm
 
 from a3r.analysis.curves import CurveScore, score_curve
-from a3r.analysis.stats import Interval, binomial_sd, look_level, resolution_sd, t_interval, welch_interval
+from a3r.analysis.stats import (
+    Interval,
+    binomial_sd,
+    look_level,
+    resolution_sd,
+    t_interval,
+    welch_interval,
+)
 
 __all__ = [
     "ArmStats",
@@ -60,6 +75,7 @@ __all__ = [
     "dominated_arms",
     "effect_of",
     "fmt",
+    "shows_training",
     "summarise_arms",
     "threshold",
 ]
@@ -173,6 +189,7 @@ def summarise_arms(obs: Sequence[RunObs], q: Question) -> list[ArmStats]:
         mean = sum(scores) / len(scores)
         interval = t_interval(scores, level=q.level, floor_sd=q.floor_sd(mean))
         gain_iv = t_interval(gains, level=q.level, floor_sd=q.floor_sd(mean))
+        enough = len(scores) >= q.min_seeds
         out.append(
             ArmStats(
                 label=runs[0].label,
@@ -185,12 +202,18 @@ def summarise_arms(obs: Sequence[RunObs], q: Question) -> list[ArmStats]:
                 gains=gains,
                 gain_interval=gain_iv,
                 calibration_gains=tuple(g for (o, _s), g in zip(scored, gains, strict=True) if o.calibration),
-                trained=len(scores) >= q.min_seeds and gain_iv.defined and gain_iv.lo > 0,
+                trained=enough and shows_training(gain_iv),
                 excluded=tuple(o.run_id for o in runs if all(o is not p for p, _s in scored)),
                 diverged=tuple(o.run_id for o, s in scored if s.diverged),
             )
         )
     return sorted(out, key=lambda a: (_sort_key(a.level), _sort_key(a.x)))
+
+
+def shows_training(gain: Interval) -> bool:
+    """The "must train" rule: the gain's interval over the untrained level lies above 0. Nothing that fails
+    it is named best, smallest or a winner, and a calibration that fails it stops the campaign."""
+    return gain.defined and gain.lo > 0
 
 
 def _sort_key(v: Any) -> tuple:
@@ -390,7 +413,7 @@ def _diff(a: ArmStats, b: ArmStats, q: Question, level: float) -> Interval:
 
 
 def best_arm(arms: Sequence[ArmStats], q: Question) -> BestResult:
-    """The arm that trains best, compared with every other arm (Bonferroni over the k-1 comparisons)."""
+    """The arm that trains best, compared with every other arm (it must beat each of them)."""
     if not arms:
         raise ValueError("best_arm needs at least one scored arm")
     trained = [a for a in _labelled(arms, q) if a.trained]
@@ -400,7 +423,7 @@ def best_arm(arms: Sequence[ArmStats], q: Question) -> BestResult:
     others = [a for a in arms if a is not best]
     if not others:
         return BestResult(best, (), (), {}, False, _only_one_value(best, q))
-    level = look_level(q.alpha, q.looks, max(1, len(others)))
+    level = q.level  # no split over the k - 1 comparisons: see the module docstring
     diffs = {a.label: _diff(best, a, q, level) for a in others}
     dominated = tuple(
         a for a in others if a.n >= q.min_seeds and diffs[a.label].defined and diffs[a.label].lo > 0
@@ -551,6 +574,9 @@ class Evidence:
     secondary_effect: Interval | None = None  # pooled score at the highest minus the lowest secondary level
     answer: str = ""
     excluded_runs: list[int] = field(default_factory=list)
+    exploration: Evidence | None = None  # the pooled stages before a confirmation (it answers alone)
+    confirm_stage: int | None = None  # the stage whose fresh seeds alone answer
+    provisional: bool = False  # the answer awaits a confirmation: nothing is conclusive yet
 
     @property
     def nothing_trains(self) -> bool:
@@ -559,11 +585,56 @@ class Evidence:
 
     @property
     def conclusive(self) -> bool:
-        return bool(self.levels) and all(le.conclusive for le in self.levels)
+        return not self.provisional and bool(self.levels) and all(le.conclusive for le in self.levels)
 
 
-def analyse(q: Question, obs: Sequence[RunObs]) -> Evidence:
-    """Everything the leader decides on and the report prints, from the runs alone."""
+def analyse(
+    q: Question, obs: Sequence[RunObs], *, confirm_stage: int | None = None, provisional: bool = False
+) -> Evidence:
+    """Everything the leader decides on and the report prints, from the runs alone. With `confirm_stage`,
+    the answer is that stage's runs alone at one look (fresh seeds: no winner's curse, no exploration
+    look spends error); the stages before it are kept as `exploration`."""
+    if confirm_stage is not None:
+        explored = _analyse(q, [o for o in obs if o.stage < confirm_stage])
+        ev = _analyse(replace(q, looks=1), [o for o in obs if o.stage == confirm_stage])
+        ev.exploration, ev.confirm_stage = explored, confirm_stage
+        _only_what_was_checked(ev, explored)
+        ev.answer = f"Confirmed on fresh seeds (stage {confirm_stage}, analysed alone): {ev.answer}"
+        return ev
+    ev = _analyse(q, obs)
+    if provisional:
+        ev.provisional = True
+        ev.answer = f"Not confirmed: the answer needs a confirmation on fresh seeds, which did not run. Exploration says: {ev.answer}"
+    return ev
+
+
+def _only_what_was_checked(ev: Evidence, explored: Evidence) -> None:
+    """A threshold confirmation re-runs the exploration's answer, its neighbour and the reference: it can
+    confirm that answer, not find another (values between them were tested only by the exploration), so a
+    different answer there is "not confirmed"."""
+    before = {le.level: le.threshold for le in explored.levels}
+    for le in ev.levels:
+        th, old = le.threshold, before.get(le.level)
+        if th is None or th.answer is None:
+            continue
+        proposed = old.answer.x if old is not None and old.answer is not None else None
+        if th.answer.x != proposed:
+            le.threshold = replace(
+                th,
+                confident=False,
+                verdict=f"Not confirmed: the exploration's answer {fmt(proposed)} was re-run on fresh seeds, and "
+                f"there {th.verdict[0].lower()}{th.verdict[1:]}",
+            )
+    parts = [
+        (f"At {ev.question.secondary_name} {fmt(le.level)}: " if le.level is not None else "") + le.verdict
+        for le in ev.levels
+    ]
+    if ev.secondary_verdict:
+        parts.append(ev.secondary_verdict)
+    ev.answer = " ".join(parts) if parts else ev.answer
+
+
+def _analyse(q: Question, obs: Sequence[RunObs]) -> Evidence:
     arms = summarise_arms(obs, q)
     by_level: dict[Any, list[ArmStats]] = defaultdict(list)
     for a in arms:

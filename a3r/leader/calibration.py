@@ -7,9 +7,12 @@ held-out score the analysis uses:
 - the untrained level (step 0) and the gain over it, with a 95% t interval;
 - sigma, the seed-to-seed sd of the gain (never below the evaluation set's binomial noise);
 - seconds per run.
-Training is *visible* when the gain interval clears 0. Then the grid is sized: seeds per arm for 80% power
-against the smallest effect worth reporting (`EFFECT_FRACTION` of the reference gain, or the goal's own
-criterion fraction), and no more runs than the remaining wall budget holds. When training is not visible
+Training is *visible* when the gain interval clears 0. Then the campaign is sized: seeds per arm for 80%
+power against the smallest effect worth reporting (`EFFECT_FRACTION` of the reference gain, or the goal's
+own criterion fraction), planned with the rule the answer's analysis uses (`a3r.leader.power`) and the 80%
+upper confidence bound on sigma, and no more runs than the remaining wall budget holds. With a confirmation
+(the default) the grid explores with the budget's seeds and the confirmation gets the power; the sizing
+says what power the budget buys and, below 80%, the runs and wall time that would reach it. When training is not visible
 the leader re-pilots once with twice the steps if the budget holds it, and otherwise stops with advice
 (`no_training_advice`) instead of comparing arms that cannot differ.
 
@@ -24,12 +27,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from a3r.analysis import fmt, look_level, seeds_for_best, seeds_for_effect, t_interval
-from a3r.analysis.evidence import MIN_EFFECT
+from a3r.analysis import fmt, t_interval
+from a3r.analysis.evidence import MIN_EFFECT, shows_training
 from a3r.analysis.stats import resolution_sd
 from a3r.leader.design import Arm, ResearchBudget, StageDesign, arm_label, grid
 from a3r.leader.goals import Goal
 from a3r.leader.knobs import get_dotted
+from a3r.leader.power import TARGET_POWER, confirmation_size, power_at
 
 __all__ = [
     "EFFECT_FRACTION",
@@ -64,10 +68,13 @@ class Calibration(BaseModel):
     gain_lo: float | None = None
     gain_hi: float | None = None
     sigma: float = Field(description="Seed-to-seed sd of the gain, floored by the evaluation noise.")
+    sigma_plan: float = Field(0.0, description="Sigma the seeds are planned with: its 80% upper confidence bound.")
     run_s: float = Field(description="Mean wall seconds per calibration run.")
     visible: bool = Field(description="The gain's 95% interval lies above 0.")
     effect: float = Field(0.0, description="Effect the grid is sized to detect.")
     seeds_per_arm: int = Field(0, description="Seeds per arm the power calculation asks for (before caps).")
+    arms: int = Field(0, description="Arms the answer's analysis compares (the sizing rule's k).")
+    power: float | None = Field(None, description="Power the budget buys at its capped seeds (planned).")
     note: str = ""
 
 
@@ -183,7 +190,7 @@ def measure(
     floor = resolution_sd(eval_items) if eval_items else 0.0
     iv = t_interval(gains, floor_sd=floor)
     sigma = max(statistics.stdev(gains) if len(gains) > 1 else 0.0, floor)
-    visible = iv.defined and iv.lo > 0
+    visible = shows_training(iv)
     cal = Calibration(
         stage=design.index,
         label=label,
@@ -206,15 +213,37 @@ def measure(
     )
     fraction = goal.criterion.value if relative else EFFECT_FRACTION
     effect = max(fraction * iv.mean, 1e-9)
-    if sigma <= 0:
-        n = budget.min_seeds
-    elif goal.shape == "best":
-        n = seeds_for_best(
-            sigma, effect, len(grid(goal.factor, budget.grid_points)), alpha=budget.alpha, looks=budget.looks
-        )
-    else:
-        n = seeds_for_effect(sigma, effect, level=look_level(budget.alpha, budget.looks))
-    return cal.model_copy(update={"effect": effect, "seeds_per_arm": n})
+    arms = _answer_arms(goal, budget)
+    size = confirmation_size(
+        goal.shape,
+        arms,
+        sigma,
+        len(gains) - 1,
+        effect,
+        alpha=budget.alpha / budget.looks,
+        min_seeds=budget.min_seeds,
+        max_seeds=budget.max_seeds,
+        floor_sd=floor,
+    )
+    return cal.model_copy(
+        update={
+            "effect": effect,
+            "seeds_per_arm": size.needed,
+            "sigma_plan": size.sigma,
+            "arms": arms,
+            "power": size.power,
+        }
+    )
+
+
+def _answer_arms(goal: Goal, budget: ResearchBudget) -> int:
+    """Arms the answer's analysis compares at one level: every grid value for best-like questions (at most
+    3 are confirmed together beyond the leader and runner-up: see `design._confirm_arms`), the answer, its
+    neighbour and the reference for thresholds, two for compare/effect."""
+    k = len(grid(goal.factor, budget.grid_points))
+    if goal.shape in ("minimum", "maximum"):
+        return min(3, k)
+    return k if k <= 3 else 3
 
 
 def grid_run_seconds(goal: Goal, budget: ResearchBudget, cal: Calibration, base_job: dict[str, Any]) -> float:
@@ -250,18 +279,6 @@ def size_budget(
     """The budget the grid runs under, and why: calibrated steps, seeds per arm within [min_seeds,
     max_seeds], and no more runs than the remaining wall budget holds at the measured cost per run."""
     why = []
-    # the researcher's seeds per arm are a floor: the reference's own noise may understate the other arms'
-    seeds = min(max(cal.seeds_per_arm, budget.seeds, budget.min_seeds), budget.max_seeds)
-    if cal.seeds_per_arm > budget.max_seeds:
-        why.append(
-            f"The power calculation asks for {cal.seeds_per_arm} seeds per arm (sigma {fmt(cal.sigma)}, effect "
-            f"{fmt(cal.effect)}); capped at max_seeds {budget.max_seeds}, so small effects may stay uncertain."
-        )
-    else:
-        why.append(
-            f"{seeds} seeds per new arm: the power calculation asks for {cal.seeds_per_arm} (80% power against an "
-            f"effect of {fmt(cal.effect)} with sigma {fmt(cal.sigma)}), the budget for at least {budget.seeds}."
-        )
     max_runs = budget.max_runs
     per_run = per_run_s or cal.run_s
     if budget.total_wall_s is not None and per_run > 0:
@@ -272,7 +289,43 @@ def size_budget(
                 f"The wall budget ({fmt(budget.total_wall_s)} s, {fmt(wall_spent_s)} s spent) holds about {left} more "
                 f"run(s) at about {fmt(per_run)} s each (the calibration's measured cost, scaled per arm)."
             )
-    upd = {"seeds": seeds, "steps": cal.steps, "max_runs": max(max_runs, runs_done + 1)}
+    if budget.confirms:
+        # the grid explores with the researcher's seeds; the confirmation's fresh seeds carry the power
+        seeds = min(max(budget.seeds, budget.min_seeds), budget.max_seeds)
+        grid_runs = len(grid(goal.factor, budget.grid_points)) * (
+            1 if goal.secondary is None else budget.secondary_levels
+        ) * seeds - cal.runs
+        room = max(0, max_runs - runs_done - grid_runs)
+        held = min(budget.max_seeds, room // max(cal.arms, 1))
+        needed_runs = runs_done + grid_runs + cal.seeds_per_arm * cal.arms
+    else:
+        seeds = held = min(max(cal.seeds_per_arm, budget.seeds, budget.min_seeds), budget.max_seeds)
+        needed_runs = runs_done + len(grid(goal.factor, budget.grid_points)) * cal.seeds_per_arm - cal.runs
+    power = (
+        power_at(goal.shape, cal.arms, held, cal.sigma_plan, cal.effect, budget.alpha / budget.looks, 0.0)
+        if held >= 2 and cal.sigma_plan > 0 and cal.arms
+        else 0.0
+    )
+    what = "the confirmation" if budget.confirms else "the grid"
+    why.append(
+        f"Power: {what} needs {cal.seeds_per_arm} seed(s) per arm x {cal.arms} arm(s) for {TARGET_POWER:.0%} power "
+        f"against an effect of {fmt(cal.effect)} (sigma planned at {fmt(cal.sigma_plan)}, the 80% upper bound of "
+        f"the pilot's {fmt(cal.sigma)}); the budget holds {held} per arm: {fmt(100 * power)}% power."
+    )
+    if power < TARGET_POWER:
+        more = math.ceil(max(0, needed_runs - runs_done) * per_run) if per_run > 0 else None
+        why.append(
+            f"Below {TARGET_POWER:.0%}: an answer is unlikely at this budget. {TARGET_POWER:.0%} needs about "
+            f"{needed_runs} runs in all (--budget max_runs={needed_runs},max_seeds={max(cal.seeds_per_arm, budget.max_seeds)}"
+            + (f"; about {more} s of run time from here at {fmt(per_run)} s per run" if more is not None else "")
+            + ")."
+        )
+    upd = {
+        "seeds": seeds,
+        "steps": cal.steps,
+        "max_runs": max(max_runs, runs_done + 1),
+        "effect": cal.effect if cal.effect > 0 else None,
+    }
     return budget.model_copy(update=upd), why
 
 

@@ -15,9 +15,14 @@ with `seeds` seeds. Every later stage follows from the previous evidence (`a3r.a
 Within a stage, `rung_step` (best/compare shapes with 3+ arms) asks the leader to stop dominated arms early
 on their partial learning curves (successive halving, `a3r.analysis.dominated_arms`).
 
-The campaign runs at least `min_stages` (a finished question gets a confirmation stage: more seeds on the
-arms the answer rests on) and at most `max_stages`; no stage exceeds the runs left in `max_runs`. Added
-seeds continue each arm's seed numbers, so an arm's runs pool across stages.
+With `confirm` (the default) every stage before the last is exploration: it steers (which values, which
+arms get seeds) and claims nothing. The answer comes from a confirmation stage: fresh seeds (numbers no
+earlier stage used) on the arms the answer rests on, sized for 80% power (`a3r.leader.power`) and analysed
+on its own runs at the full alpha, so its interval carries no winner's curse and the exploration's looks
+cost no error rate. Its runs are reserved from the start: exploration only spends what the confirmation
+leaves. Without `confirm` (e.g. a one-stage demo) the pooled evidence answers, at alpha / max_stages per
+look, and a settled question still gets `min_stages` stages (more seeds on the arms it rests on).
+No stage exceeds the runs left in `max_runs`. Added seeds continue each arm's seed numbers.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from a3r.analysis import ArmStats, Evidence, fmt
 from a3r.leader.goals import Factor, Goal
+from a3r.leader.power import ConfirmationSize, confirmation_size, pooled_sd, power_at
 
 __all__ = [
     "Arm",
@@ -69,13 +75,24 @@ class ResearchBudget(BaseModel):
         ge=1,
         description="Seeds per new arm (at least min_seeds for a label), and seeds added per refinement.",
     )
-    max_seeds: int = Field(6, ge=1, description="No arm gets more seeds than this.")
+    max_seeds: int = Field(
+        12,
+        ge=1,
+        description="No arm gets more seeds than this in the exploration, nor in the confirmation (its own sample).",
+    )
     min_seeds: int = Field(3, ge=2, description="Seeds an arm needs before it gets any pass/fail/best label.")
     alpha: float = Field(
         0.05,
         gt=0,
         lt=1,
-        description="Error rate spent over all planned looks (each stage decides at alpha/max_stages).",
+        description="Error rate of the answer (the confirmation's; without one, spent over max_stages looks).",
+    )
+    confirm: bool = Field(
+        True,
+        description="Answer from a confirmation stage on fresh seeds alone (earlier stages only explore).",
+    )
+    effect: float | None = Field(
+        None, gt=0, description="Smallest effect worth detecting, set by the calibration (sizes the confirmation)."
     )
     calibrate: bool = Field(
         True, description="Run a calibration (pilot) stage of the reference configuration before the grid."
@@ -108,9 +125,17 @@ class ResearchBudget(BaseModel):
         return self
 
     @property
+    def confirms(self) -> bool:
+        """Whether the answer comes from a confirmation stage (it needs a stage before it to explore)."""
+        return self.confirm and self.max_stages >= 2
+
+    @property
     def looks(self) -> int:
-        """Planned analysis looks that decide something: one per stage after calibration, plus each
-        early-stop rung (it stops arms on an interval, so it spends error too)."""
+        """Planned analysis looks that decide the answer. With a confirmation: one (exploration only
+        steers; the confirmation's fresh seeds alone answer). Without: one per stage after calibration,
+        plus each early-stop rung (it stops arms on an interval, so it spends error too)."""
+        if self.confirms:
+            return 1
         return self.max_stages * (2 if self.early_stop else 1)
 
 
@@ -204,10 +229,10 @@ def first_stage(goal: Goal, budget: ResearchBudget, prior: list[StageDesign] | N
     points, seeds = budget.grid_points, budget.seeds
 
     def missing(lv: Any, x: Any, k: int) -> list[int]:
-        """Seeds the arm still needs: none when the calibration already ran it with enough seeds for a
-        label (the reference is the best-measured arm; topping it up would spend the budget twice)."""
+        """Seeds the arm still needs: the reference keeps its pilot seeds and gets the rest, so it ends
+        with the same seeds as every other arm (fewer would make it the least-measured arm)."""
         seen = used.get((lv, x), set())
-        return [] if len(seen) >= budget.min_seeds else [s for s in range(k) if s not in seen]
+        return [s for s in range(k) if s not in seen]
 
     def new_runs(xs: list[Any], k: int) -> int:
         return sum(len(missing(lv, x, k)) for lv in levels for x in xs)
@@ -331,7 +356,8 @@ def next_stage(
     index = len(stages) + 1
     done = research_stages(stages)
     remaining = budget.max_runs - sum(s.n_runs for s in stages)
-    if done >= budget.max_stages or remaining < 1 or ev.nothing_trains:
+    confirmed = budget.confirms and any(s.kind == "confirm" for s in stages)
+    if done >= budget.max_stages or remaining < 1 or ev.nothing_trains or confirmed:
         return None
     props = _Proposals(budget, _seeds_used(stages))
     tested = {(a.level, a.x) for st in stages for a in st.arms}
@@ -349,6 +375,8 @@ def next_stage(
             _propose_effect(le, props, where)
         elif le.best is not None:
             _propose_best(goal, budget, le, xs, props, where)
+    if budget.confirms:
+        return _explore_or_confirm(goal, budget, stages, ev, props, index, remaining)
     kind: Literal["refine", "confirm"] = "refine"
     if not props.arms and done < budget.min_stages:
         kind = "confirm"
@@ -384,6 +412,139 @@ def next_stage(
 def _may_add_values(goal: Goal) -> bool:
     """In-between values only over a range, or when the goal asks for them: a named set is the set studied."""
     return goal.factor.knob.kind != "choice" and (goal.factor.values is None or goal.refine)
+
+
+def _confirm_arms(goal: Goal, le) -> list[ArmStats]:
+    """The arms a confirmation re-runs at one level: every arm the answer is compared with.
+    Best (and compare/effect read as best): every arm when there are at most 3 (a claim about an arm that
+    was not confirmed would rest on exploration's uncorrected looks); with more, the leader, its runner-up
+    and every arm exploration did not show worse. Compare: both. Threshold: the answer, its neighbour and
+    the reference (the generous end, whose gain the relative criterion scales); without an answer, none."""
+    if le.threshold is not None:
+        th = le.threshold
+        if th.answer is None:
+            return []
+        keep = [th.answer, th.neighbour, th.reference]
+        return list({a.label: a for a in keep if a is not None}.values())
+    if le.compare is not None:
+        return [le.compare.a, le.compare.b]
+    best = le.best
+    if best is None or best.best is None:
+        return []
+    if len(le.arms) <= 3:
+        return list(le.arms)
+    runner_up = max((a for a in le.arms if a is not best.best), key=lambda a: a.interval.mean)
+    return list({a.label: a for a in (best.best, runner_up, *best.tied)}.values())
+
+
+def _confirmation_size(goal: Goal, budget: ResearchBudget, ev: Evidence, arms: int) -> ConfirmationSize:
+    """Seeds per arm the confirmation needs, from every exploration arm's per-seed spread pooled."""
+    q = ev.question
+    threshold = goal.shape in ("minimum", "maximum")
+    groups = [a.gains if threshold else a.scores for le in ev.levels for a in le.arms]
+    sd, df = pooled_sd(groups)
+    floor = q.floor_sd(0.0)
+    effect = budget.effect or max(sd, floor, 1e-9)  # without a calibration: one sd, said in the rationale
+    return confirmation_size(
+        goal.shape,
+        arms,
+        sd,
+        df,
+        effect,
+        alpha=budget.alpha,
+        min_seeds=budget.min_seeds,
+        max_seeds=budget.max_seeds,
+        floor_sd=floor,
+    )
+
+
+def _explore_or_confirm(
+    goal: Goal,
+    budget: ResearchBudget,
+    stages: list[StageDesign],
+    ev: Evidence,
+    props: _Proposals,
+    index: int,
+    remaining: int,
+) -> StageDesign | None:
+    """With a confirmation: another exploration stage while the stage and run budgets leave room for the
+    confirmation after it, otherwise the confirmation itself (fresh seeds, sized for 80% power)."""
+    done = research_stages(stages)
+    per_level = [_confirm_arms(goal, le) for le in ev.levels]
+    n_arms = sum(len(a) for a in per_level)
+    if n_arms == 0 or any(len(a) < 2 for a in per_level):
+        # nothing to confirm at some level (no answer, or one arm): explore if the budget allows, else finish
+        arms = _fit(props.arms, remaining) if done + 1 < budget.max_stages else []
+        return _stage(goal, budget, stages, arms, "refine", props.rationale, remaining, index) if arms else None
+    size = _confirmation_size(goal, budget, ev, max(len(a) for a in per_level))
+    reserve = size.seeds * n_arms
+    explore = _fit(props.arms, remaining - reserve) if done + 1 < budget.max_stages else []
+    if explore:
+        props.rationale.append(
+            f"{reserve} run(s) stay reserved for the confirmation ({size.seeds} fresh seed(s) x {n_arms} arm(s))."
+        )
+        return _stage(goal, budget, stages, explore, "refine", props.rationale, remaining, index)
+    seeds = min(size.seeds, remaining // n_arms)
+    if seeds < budget.min_seeds:
+        return None  # the runs left cannot hold a confirmation with labels: the answer stays unconfirmed
+    used = _seeds_used(stages)
+    arms = []
+    for lv_arms in per_level:
+        for a in lv_arms:
+            start = max(used.get((a.level, a.x), []), default=-1) + 1
+            arms.append(
+                Arm(
+                    x=a.x,
+                    level=a.level,
+                    seeds=list(range(start, start + seeds)),
+                    why="confirmation: fresh seeds, analysed on their own",
+                )
+            )
+    why = [
+        f"Confirmation on fresh seeds: {', '.join(a.label for lv in per_level for a in lv)}, {seeds} seed(s) each, "
+        f"analysed on these runs alone at the full alpha {budget.alpha}. Sized for 80% power against an effect of "
+        f"{fmt(size.effect)} with sigma {fmt(size.sigma)} (80% upper bound from the exploration runs): "
+        f"{size.needed} seed(s) per arm."
+    ]
+    if seeds < size.needed:
+        why.append(
+            f"The budget holds {seeds} seed(s) per arm: planned power "
+            f"{fmt(100 * _power_at(goal, budget, ev, size, seeds))}%, below 80%; "
+            f"{size.runs_needed} confirmation run(s) would reach it."
+        )
+    return _stage(goal, budget, stages, arms, "confirm", why, remaining, index)
+
+
+def _power_at(goal: Goal, budget: ResearchBudget, ev: Evidence, size: ConfirmationSize, seeds: int) -> float:
+    return power_at(goal.shape, size.arms, seeds, size.sigma, size.effect, budget.alpha, ev.question.floor_sd(0.0))
+
+
+def _stage(
+    goal: Goal,
+    budget: ResearchBudget,
+    stages: list[StageDesign],
+    arms: list[Arm],
+    kind: Literal["refine", "confirm"],
+    rationale: list[str],
+    remaining: int,
+    index: int,
+) -> StageDesign:
+    tested = {(a.level, a.x) for st in stages for a in st.arms}
+    n_new = sum(1 for a in arms if (a.level, a.x) not in tested)
+    purpose = (
+        f"Stage {index}, {kind}: {len(arms)} arm(s) ({n_new} new value(s), {len(arms) - n_new} with added seeds), "
+        f"{sum(len(a.seeds) for a in arms)} run(s) of {budget.steps} steps."
+    )
+    return StageDesign(
+        index=index,
+        kind=kind,
+        purpose=purpose,
+        hypothesis=_hypothesis(goal),
+        arms=arms,
+        steps=budget.steps,
+        rationale=rationale,
+        rung_step=_rung(goal, budget, len(arms)) if kind == "refine" else None,
+    )
 
 
 def _propose_threshold(goal, budget, le, xs, props: _Proposals, where: str) -> None:

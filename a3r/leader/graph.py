@@ -35,7 +35,6 @@ from typing import Any
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import interrupt
 
-from a3r.analysis import analyse as analyse_evidence
 from a3r.api import Workspace
 from a3r.blueprints import Blueprint
 from a3r.leader.blueprints import stage_blueprints
@@ -59,7 +58,15 @@ from a3r.leader.provenance import collect_provenance
 from a3r.leader.recovery import revise_failed_runs
 from a3r.leader.state import LeaderConfig, LeaderState, StageRecord
 from a3r.leader.waiting import early_drop, ensure_monitor, rung_ready
-from a3r.report import allowed_numbers, build_report_data, eval_items_of, question_of, vet_prose, write_report
+from a3r.report import (
+    allowed_numbers,
+    answer_evidence,
+    build_report_data,
+    eval_items_of,
+    question_of,
+    vet_prose,
+    write_report,
+)
 from a3r.states import RunState
 
 __all__ = ["build_graph", "effective_budget"]
@@ -217,8 +224,8 @@ def build_graph(ws: Workspace, policy: Policy) -> StateGraph:
         if last.kind == "calibration":
             return after_calibration(state, cfg, goal, budget, last, records)
         designs = [StageDesign.model_validate(s["design"]) for s in state["stages"]]
-        ev = analyse_evidence(
-            question_of(goal, budget, eval_items_of(cfg.base_job)), [r.obs for r in records]
+        ev = answer_evidence(
+            question_of(goal, budget, eval_items_of(cfg.base_job)), [r.obs for r in records], designs, budget
         )
         budget_now = with_wall(budget, sum(d.n_runs for d in designs), run_cost(records), elapsed(state))
         if ev.nothing_trains:

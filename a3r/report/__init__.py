@@ -3,6 +3,7 @@
 from a3r.report.data import (
     ReportData,
     allowed_numbers,
+    answer_evidence,
     build_report_data,
     eval_items_of,
     question_of,
@@ -13,6 +14,7 @@ from a3r.report.render import render_report, write_report
 __all__ = [
     "ReportData",
     "allowed_numbers",
+    "answer_evidence",
     "build_report_data",
     "eval_items_of",
     "question_of",

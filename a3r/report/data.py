@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from a3r.analysis import Evidence, Question, analyse, fmt
+from a3r.analysis import Evidence, Question, RunObs, analyse, fmt
 from a3r.leader.design import ResearchBudget, StageDesign
 from a3r.leader.goals import Goal
 from a3r.leader.observe import RunRecord
@@ -22,6 +22,7 @@ __all__ = [
     "RunRow",
     "StageView",
     "allowed_numbers",
+    "answer_evidence",
     "build_report_data",
     "eval_items_of",
     "question_of",
@@ -54,6 +55,17 @@ def question_of(goal: Goal, budget: ResearchBudget | None = None, eval_items: in
         min_seeds=b.min_seeds,
         eval_items=eval_items if goal.metric == "eval_accuracy" else None,
     )
+
+
+def answer_evidence(
+    q: Question, obs: list[RunObs], designs: list[StageDesign], budget: ResearchBudget
+) -> Evidence:
+    """The evidence the campaign answers from after the stages `designs` (the runs `obs` at the current
+    step count): the confirmation's runs alone when one ran; provisional (nothing conclusive) while a
+    campaign that needs a confirmation has not run one."""
+    confirm = next((d.index for d in designs if d.kind == "confirm"), None) if budget.confirms else None
+    research = any(d.kind != "calibration" for d in designs)
+    return analyse(q, obs, confirm_stage=confirm, provisional=budget.confirms and confirm is None and research)
 
 
 @dataclass
@@ -215,11 +227,12 @@ def build_report_data(
     """Assemble the report from the leader's stage records (design, decision) and the store's runs.
     Evidence pools the runs at each stage's step count (a re-pilot with more steps supersedes the first)."""
     q = question_of(goal, budget, eval_items)
+    designs = [StageDesign.model_validate(st["design"]) for st in stages]
     views = []
     for st in stages:
         design = StageDesign.model_validate(st["design"])
         so_far = [r.obs for r in records if r.obs.stage <= design.index and r.budget_steps == design.steps]
-        ev_k = analyse(q, so_far)
+        ev_k = answer_evidence(q, so_far, designs[: len(views) + 1], budget)
         labels = {r.obs.label for r in records if r.obs.stage == design.index}
         views.append(
             StageView(
@@ -235,7 +248,7 @@ def build_report_data(
             )
         )
     final_steps = StageDesign.model_validate(stages[-1]["design"]).steps if stages else budget.steps
-    ev = analyse(q, [r.obs for r in records if r.budget_steps == final_steps])
+    ev = answer_evidence(q, [r.obs for r in records if r.budget_steps == final_steps], designs, budget)
     runs = [_run_row(r) for r in records]
     failures = []
     for r in records:

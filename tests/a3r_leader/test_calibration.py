@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from a3r.analysis.stats import welch_power
+from a3r.analysis.stats import sigma_upper, welch_power
 from a3r.leader.calibration import (
     calibration_stage,
     grid_run_seconds,
@@ -48,11 +48,19 @@ def test_a_visible_gain_sizes_the_grid_for_power():
     )
     assert cal.visible and cal.gain == pytest.approx(0.3033, abs=1e-3) and cal.run_s == pytest.approx(140)
     assert cal.effect == pytest.approx(cal.gain / 2)  # half the reference gain is worth detecting
-    assert welch_power(cal.sigma, cal.effect, cal.seeds_per_arm) >= 0.8
+    # sigma is planned at its 80% upper bound from 3 seeds, not at the point estimate
+    assert cal.sigma_plan == pytest.approx(sigma_upper(cal.sigma, 3)) and cal.sigma_plan > 2 * cal.sigma
+    # a minimum is confirmed by two tests (answer passes, neighbour fails), each sized for 90% power, with
+    # the neighbour's gain tested against half the reference's (Welch df, as the verdict computes it)
+    one = welch_power(cal.sigma_plan, cal.effect, cal.seeds_per_arm, scale_b=0.5, floor_sd=1 / 64)
+    less = welch_power(cal.sigma_plan, cal.effect, cal.seeds_per_arm - 1, scale_b=0.5, floor_sd=1 / 64)
+    assert one >= 0.9 > less
     sized, why = size_budget(goal, budget, cal, runs_done=3, wall_spent_s=400)
-    assert (
-        sized.seeds == max(3, cal.seeds_per_arm) and sized.steps == 8 and any("80% power" in w for w in why)
-    )
+    # the grid explores with the budget's seeds; the confirmation carries the power, and says what it buys
+    assert sized.seeds == 3 and sized.steps == 8 and sized.effect == cal.effect
+    assert any(w.startswith("Power: the confirmation needs") for w in why)
+    pooled, why = size_budget(goal, budget.model_copy(update={"confirm": False}), cal, 3, 400)
+    assert pooled.seeds == min(cal.seeds_per_arm, 8)
     # a wall budget caps the runs at the measured cost per run
     tight = budget.model_copy(update={"total_wall_s": 1000.0})
     capped, why = size_budget(goal, tight, cal, runs_done=3, wall_spent_s=400, per_run_s=100)

@@ -28,7 +28,9 @@ def test_between_narrows_on_the_scale_and_bisects_integers():
 
 
 def _budget(**kw):
-    return ResearchBudget(**{"max_runs": 60, "steps": 10, **kw})
+    """The pooled design (no confirmation stage): these tests follow the exploration's own mechanics;
+    the confirmation's are tested below with `confirm=True`."""
+    return ResearchBudget(**{"max_runs": 60, "steps": 10, "confirm": False, **kw})
 
 
 HALF = " that still keeps 50% of the best gain"  # a relative criterion: half the reference arm's gain

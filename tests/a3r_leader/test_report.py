@@ -26,7 +26,7 @@ PROVENANCE = {
 
 def _campaign(ws, record):
     goal = parse_goal(GOAL)
-    budget = ResearchBudget(max_runs=20, steps=4, seeds=3, max_seeds=4)
+    budget = ResearchBudget(max_runs=20, steps=4, seeds=3, max_seeds=4, confirm=False)  # one pooled stage
     design = first_stage(goal, budget)
     camp = ws.create_campaign("synth", GOAL)
     stage = ws.create_stage(camp.id, "stage-1", design.purpose)
