@@ -296,7 +296,7 @@ def _campaign_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--min-stages", type=int, default=2)
     g.add_argument("--max-runs", type=int, default=48)
     g.add_argument("--seeds", type=int, default=3, help="seeds per new arm (3 is the least any label needs)")
-    g.add_argument("--max-seeds", type=int, default=6)
+    g.add_argument("--max-seeds", type=int, default=12, help="seeds per arm at most (exploration, and the confirmation on its own)")
     g.add_argument("--steps", type=int, default=20, help="training steps per run")
     g.add_argument("--grid-points", type=int, default=5, help="values of the studied variable in stage 1")
     g.add_argument("--wall-time", type=float, default=3600.0, help="seconds per attempt before it is killed")

@@ -18,9 +18,10 @@ from typing import Any
 
 from a3r.leader.calibration import calibration_stage
 from a3r.leader.costs import run_seconds
-from a3r.leader.design import BudgetError, ResearchBudget, StageDesign, first_stage
+from a3r.leader.design import BudgetError, ResearchBudget, StageDesign, first_stage, grid
 from a3r.leader.goals import Goal
 from a3r.leader.knobs import get_dotted
+from a3r.leader.power import TARGET_POWER, power_at
 from a3r.report.data import question_of
 
 __all__ = ["CampaignPlan", "plan_campaign", "stage_prior_s"]
@@ -100,6 +101,7 @@ class CampaignPlan:
                 }
                 for s, e in zip(self.stages, self.stage_eta_s, strict=True)
             ],
+            "power": self.power_line(),
             "eta_s": self.eta_s,
             "can_answer": self.can_answer,
             "verdict": self.verdict(),
@@ -108,6 +110,40 @@ class CampaignPlan:
             "from the calibration's measurements",
             "budget": self.budget.model_dump(mode="json"),
         }
+
+    def confirmation_room(self) -> tuple[int, int]:
+        """(arms the answer compares, fresh seeds per arm the runs left after these stages hold)."""
+        shape = self.goal.shape
+        k = len(grid(self.goal.factor, self.budget.grid_points))
+        arms = min(3, k)
+        if shape in ("compare", "effect") and k == 2:
+            arms = 2
+        left = self.budget.max_runs - sum(s.n_runs for s in self.stages)
+        return arms, min(self.budget.max_seeds, left // arms)
+
+    def power_line(self) -> str:
+        """What power the budget buys, before anything is measured (sigma and the effect come from the
+        calibration; power depends only on their ratio, so it is stated as the effect it detects)."""
+        b = self.budget
+        if not b.confirms:
+            return (
+                f"Power: the grid is sized from the calibration's sigma (80% upper bound) for 80% power; at most "
+                f"{b.max_seeds} seeds per arm."
+            )
+        arms, seeds = self.confirmation_room()
+        if seeds < b.min_seeds:
+            need = sum(s.n_runs for s in self.stages) + arms * b.min_seeds
+            return (
+                f"Power: below 80% for any effect: after these stages the budget holds {seeds} fresh seed(s) per arm for "
+                f"the confirmation of {arms} arm(s), fewer than min_seeds={b.min_seeds}; --budget max_runs={need} "
+                "at the least."
+            )
+        d = detectable_effect(self.goal.shape, arms, seeds, b.alpha)
+        return (
+            f"Power: the budget leaves room for a confirmation of {arms} arm(s) x {seeds} fresh seed(s); that detects an "
+            f"effect of {d:.2g} seed sd with 80% power (with sigma known; the calibration measures sigma and the effect "
+            "and re-sizes it, planning sigma at its 80% upper bound, and says if the budget falls short)."
+        )
 
     def render(self) -> str:
         g = self.goal
@@ -133,6 +169,7 @@ class CampaignPlan:
                 lines.append(
                     f"    {a.x}{'' if a.level is None else f' @ {a.level}'}: seeds {a.seeds} ({a.why})"
                 )
+        lines.append(self.power_line())
         if self.eta_s is not None:
             lines.append(
                 f"ETA of these stages on {self.slots} slot(s): about {self.eta_s / 60:.1f} min (prior estimate, "
@@ -141,6 +178,19 @@ class CampaignPlan:
             )
         lines.append(self.verdict())
         return "\n".join(lines)
+
+
+def detectable_effect(shape: str, arms: int, seeds: int, alpha: float, *, power: float = TARGET_POWER) -> float:
+    """Smallest effect, in units of the seed sd, that `seeds` per arm detect with `power` (bisection on the
+    power the analysis rule has; power only depends on effect / sigma)."""
+    lo, hi = 0.0, 20.0
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        if power_at(shape, arms, seeds, 1.0, mid, alpha, 0.0) >= power:
+            hi = mid
+        else:
+            lo = mid
+    return hi
 
 
 def stage_prior_s(goal: Goal, design: StageDesign, base_job: dict[str, Any], slots: int = 1) -> float | None:

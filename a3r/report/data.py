@@ -15,12 +15,14 @@ from a3r.analysis import Evidence, Question, RunObs, analyse, fmt
 from a3r.leader.design import ResearchBudget, StageDesign
 from a3r.leader.goals import Goal
 from a3r.leader.observe import RunRecord
+from a3r.leader.power import power_at
 
 __all__ = [
     "ArmRow",
     "ReportData",
     "RunRow",
     "StageView",
+    "achieved_power",
     "allowed_numbers",
     "answer_evidence",
     "build_report_data",
@@ -55,6 +57,26 @@ def question_of(goal: Goal, budget: ResearchBudget | None = None, eval_items: in
         min_seeds=b.min_seeds,
         eval_items=eval_items if goal.metric == "eval_accuracy" else None,
     )
+
+
+def achieved_power(
+    goal: Goal, budget: ResearchBudget, ev: Evidence, calibration: list[dict[str, Any]]
+) -> dict[str, Any] | None:
+    """The power the runs that answer had for the calibrated effect: the fewest seeds of the arms the
+    answer compares (the confirmation's when one ran), with sigma at the calibration's planning bound.
+    None without a calibration that saw training (no effect to size for) or without two such arms."""
+    cal = calibration[-1] if calibration else None
+    if not cal or not cal.get("visible") or not cal.get("sigma_plan") or not cal.get("effect"):
+        return None
+    arms = [a for le in ev.levels for a in le.arms]
+    per_level = max((len(le.arms) for le in ev.levels), default=0)
+    if per_level < 2 or min(a.n for a in arms) < 2:
+        return None
+    n = min(a.n for a in arms)
+    floor = ev.question.floor_sd(0.0)
+    alpha = budget.alpha / ev.question.looks
+    p = power_at(goal.shape, per_level, n, cal["sigma_plan"], cal["effect"], alpha, floor)
+    return {"power": p, "seeds": n, "arms": per_level, "needed": cal.get("seeds_per_arm"), "effect": cal["effect"]}
 
 
 def answer_evidence(
@@ -135,6 +157,7 @@ class ReportData:
     provenance: dict[str, Any]
     calibration: list[dict[str, Any]] = field(default_factory=list)  # Calibration as data, per pilot
     model: str = ""
+    power: dict[str, Any] | None = None  # the power the answering runs actually had (`achieved_power`)
     prose: dict[str, str] = field(default_factory=dict)
     figures: dict[str, str] = field(default_factory=dict)  # role -> file name
 
@@ -294,6 +317,7 @@ def build_report_data(
         provenance=provenance,
         calibration=list(calibration or []),
         model=model,
+        power=achieved_power(goal, budget, ev, list(calibration or [])),
     )
     allowed = allowed_numbers(data)
     for v in data.stages:  # what an LLM wrote is prose: its numbers must be the report's own

@@ -111,8 +111,10 @@ def run_campaign(
         stages.append(design)
         obs.extend(_run_stage(design, goal, gain, rng, sigma, len(obs) + 1))
 
+    if not budget.calibrate:  # the graph's plan node: the policy's first stage, nothing measured or sized
+        return _research(goal, budget, budget, policy, stages, obs, run, policy.plan_stage(goal, budget, [], None))
     steps = budget.steps
-    for attempt in range(MAX_CALIBRATIONS):
+    for _attempt in range(MAX_CALIBRATIONS):
         pilot = calibration_stage(goal, budget, index=len(stages) + 1, steps=steps)
         run(pilot)
         scored = [(o.score().initial, o.score().final) for o in obs if o.stage == pilot.index]
@@ -127,6 +129,11 @@ def run_campaign(
         nxt = policy.plan_stage(goal, sized, stages, None)
     except BudgetError:
         return Outcome(None, len(obs), len(stages), None)
+    return _research(goal, budget, sized, policy, stages, obs, run, nxt)
+
+
+def _research(goal, budget, sized, policy, stages, obs, run, nxt) -> Outcome:
+    """The research stages, from the first design to the policy's finish (the graph's analyse loop)."""
     q = question_of(goal, sized, EVAL_ITEMS)
     ev = None
     while nxt is not None:

@@ -24,7 +24,8 @@ from a3r.analysis import (
     t_interval,
     welch_interval,
 )
-from a3r.analysis.stats import binomial_sd, welch_power
+from a3r.analysis.stats import binomial_sd, sigma_upper, welch_power
+from a3r.analysis.curves import score_curve
 
 M = 64  # held-out items per evaluation
 P0 = 0.25  # untrained level
@@ -72,6 +73,47 @@ def test_seed_count_reaches_the_power_it_promises():
     assert welch_power(0.05, 0.1, n) >= 0.8 > welch_power(0.05, 0.1, n - 1)
     assert n >= math.ceil(15.7 * 0.05**2 / 0.1**2)  # never fewer than the normal-theory rule
     assert binomial_sd(0.0, 64) == pytest.approx(math.sqrt((1 / 64) * (63 / 64) / 64))
+
+
+def _welch_monte_carlo(sigma, effect, n, nb, level, scale_b=1.0, floor=0.0, sims=100_000):
+    """The verdict's own rule, simulated: Welch interval (Satterthwaite df of the sample variances) of
+    mean(a) - scale_b mean(b) entirely above 0."""
+    rng = np.random.default_rng(0)
+    a = rng.normal(effect + scale_b * 0.0, sigma, (sims, n))
+    b = rng.normal(0.0, sigma, (sims, nb))
+    va = np.maximum(a.var(1, ddof=1), floor**2) / n
+    vb = scale_b**2 * np.maximum(b.var(1, ddof=1), floor**2) / nb
+    se2 = va + vb
+    df = se2**2 / (va**2 / (n - 1) + vb**2 / (nb - 1))
+    lo = a.mean(1) - scale_b * b.mean(1) - st.t.ppf(1 - (1 - level) / 2, df) * np.sqrt(se2)
+    return float((lo > 0).mean())
+
+
+@pytest.mark.parametrize(
+    ("n", "nb", "effect", "level", "scale_b", "floor"),
+    [(3, 3, 1.5, 0.95, 1.0, 0.0), (6, 6, 1.0, 0.9875, 1.0, 0.0), (8, 3, 1.0, 0.95, 1.0, 0.3), (5, 5, 1.2, 0.95, 0.5, 0.0)],
+)
+def test_welch_power_is_the_power_of_the_verdicts_own_rule(n, nb, effect, level, scale_b, floor):
+    """The planned power matches a simulation of the Welch rule the verdicts use, within 3 Monte Carlo
+    standard errors plus the quadrature's own error (0.001 against an exact-quantile grid)."""
+    mc = _welch_monte_carlo(1.0, effect, n, nb, level, scale_b, floor)
+    tol = 3 * math.sqrt(mc * (1 - mc) / 100_000) + 0.001
+    assert welch_power(1.0, effect, n, n_b=nb, level=level, scale_b=scale_b, floor_sd=floor) == pytest.approx(mc, abs=tol)
+
+
+def test_pooled_df_overstates_power_at_three_seeds():
+    """The issue's figure: at n = 3 the pooled-df noncentral t claimed 0.46; the Welch rule has about 0.37."""
+    effect = 1.99  # the effect (in sd) at which the pooled df 2n - 2 = 4 gives 0.46
+    crit = st.t.ppf(0.975, 4)
+    pooled = 1 - st.nct.cdf(crit, 4, effect / math.sqrt(2 / 3))
+    assert pooled == pytest.approx(0.46, abs=0.01)
+    assert welch_power(1.0, effect, 3) == pytest.approx(0.37, abs=0.01)
+
+
+def test_sigma_is_planned_at_its_upper_confidence_bound():
+    # 3 seeds: chi2(2) 20% quantile = -2 ln 0.8 = 0.4463, so the bound is sd * sqrt(2 / 0.4463)
+    assert sigma_upper(0.1, 3) == pytest.approx(0.1 * math.sqrt(2 / (-2 * math.log(0.8))))
+    assert sigma_upper(0.1, 3) > sigma_upper(0.1, 10) > 0.1
 
 
 # -- per-shape rules on small hand-made data ------------------------------------------------------------
@@ -238,3 +280,12 @@ def test_no_training_never_yields_a_winner(shape):
 
     # "trains" is a one-sided test at alpha/2: a winner out of pure noise needs that error at least once
     assert rate(winner) <= 0.025
+
+
+def test_curve_scores_are_the_first_and_last_evaluation():
+    """With 8 evaluation points the untrained level is step 0 alone and the final score the last point:
+    averaging quarters would have mixed step 4 into the baseline and step 24 into the final score."""
+    curve = [(0, 0.25), (4, 0.4), (8, 0.5), (12, 0.55), (16, 0.6), (20, 0.6), (24, 0.62), (28, 0.66)]
+    sc = score_curve(curve)
+    assert (sc.initial, sc.final, sc.n_points) == (0.25, 0.66, 8)
+    assert score_curve([(0, 0.3), (5, None), (10, 0.5)]).final == 0.5  # NaN steps are dropped
