@@ -478,7 +478,10 @@ def _explore_or_confirm(
         return _stage(goal, budget, stages, arms, "refine", props.rationale, remaining, index) if arms else None
     size = _confirmation_size(goal, budget, ev, max(len(a) for a in per_level))
     reserve = size.seeds * n_arms
-    explore = _fit(props.arms, remaining - reserve) if done + 1 < budget.max_stages else []
+    # explore only when the whole proposal fits beside the reserve: a trimmed exploration stage buys little
+    # and its cost is the confirmation's seeds
+    fits = sum(len(a.seeds) for a in props.arms) <= remaining - reserve
+    explore = props.arms if fits and props.arms and done + 1 < budget.max_stages else []
     if explore:
         props.rationale.append(
             f"{reserve} run(s) stay reserved for the confirmation ({size.seeds} fresh seed(s) x {n_arms} arm(s))."

@@ -163,6 +163,10 @@ class LLMPolicy:
         self, goal: Goal, budget: ResearchBudget, stages: list[StageDesign], evidence: Evidence
     ) -> Decision:
         reference = self.offline.decide(goal, budget, stages, evidence)
+        if reference.next_stage is not None and reference.next_stage.kind == "confirm":
+            # the confirmation carries the error control (fresh seeds, sized for power, one look): it is
+            # the deterministic rule's, never an LLM's; the LLM steers exploration only
+            return reference
         prompt = self._context(goal, budget, stages, evidence, reference.next_stage) + (
             f"\nThe deterministic policy would {reference.action}: {reference.reason}\n"
             "Decide: continue with a next stage (arms: new values to narrow, or more seeds where intervals "

@@ -8,7 +8,7 @@ from a3r.analysis import RunObs, analyse
 from a3r.leader.calibration import calibration_stage
 from a3r.leader.design import BudgetError, ResearchBudget, between, first_stage, grid, next_stage
 from a3r.leader.goals import Factor, parse_goal
-from a3r.report import question_of
+from a3r.report import answer_evidence, question_of
 
 
 def test_grids_follow_the_variable_scale():
@@ -246,3 +246,54 @@ def test_the_real_loop_runs_only_the_named_values():
     assert _simulated_values(best, lambda x: 0.6 if x == 1.5e-5 else 0.5) == {3e-6, 1.5e-5, 6e-5}
     need = "What max_tokens budget does countdown need: 32, 64 or 128?"
     assert _simulated_values(need, lambda x: 0.15 if x < 64 else 0.5) == {32, 64, 128}
+
+
+# -- the confirmation (the default) ---------------------------------------------------------------------
+def _confirming(**kw):
+    return ResearchBudget(**{"max_runs": 48, "steps": 10, "effect": 0.15, **kw})
+
+
+def _run_confirming(goal, budget, score):
+    stages = [first_stage(goal, budget)]
+    while True:
+        ev = answer_evidence(_q(goal, budget), _obs_for(stages, score), stages, budget)
+        nxt = next_stage(goal, budget, stages, ev)
+        if nxt is None:
+            return stages, ev
+        stages.append(nxt)
+
+
+def test_the_answer_comes_from_a_confirmation_on_fresh_seeds():
+    goal = parse_goal("best group size for arithmetic in {2, 8, 32}")
+    budget = _confirming()
+    # seed noise: 0.05 per seed step, so the exploration's spread is known; 8 is best by 0.2
+    stages, ev = _run_confirming(goal, budget, lambda x, lvl, s: {2: 0.3, 8: 0.6, 32: 0.4}[x] + 0.05 * (s % 3))
+    assert [s.kind for s in stages] == ["grid", "confirm"]
+    confirm = stages[-1]
+    assert {a.x for a in confirm.arms} == {2, 8, 32}  # every arm of a 3-value set
+    assert all(min(a.seeds) == 3 for a in confirm.arms)  # seed numbers no earlier stage used
+    assert sum(s.n_runs for s in stages) <= budget.max_runs
+    # the answer reads the confirmation's runs alone: its intervals have exactly the confirmation's seeds
+    assert ev.confirm_stage == confirm.index and ev.exploration is not None
+    assert all(a.n == len(confirm.arms[0].seeds) for a in ev.levels[0].arms)
+    assert ev.conclusive and ev.levels[0].best.best.x == 8 and ev.answer.startswith("Confirmed on fresh seeds")
+    assert any("Sized for 80% power" in r for r in confirm.rationale)
+
+
+def test_a_campaign_without_its_confirmation_names_nothing():
+    goal = parse_goal("best group size for arithmetic in {2, 8, 32}")
+    budget = _confirming()
+    s1 = first_stage(goal, budget)
+    ev = answer_evidence(_q(goal, budget), _obs_for([s1], lambda x, lvl, s: {2: 0.1, 8: 0.8, 32: 0.2}[x] + 0.01 * s), [s1], budget)
+    assert ev.provisional and not ev.conclusive and ev.answer.startswith("Not confirmed")
+
+
+def test_exploration_leaves_the_confirmation_its_runs():
+    goal = parse_goal("find the minimum batch size" + HALF + " on arithmetic (1 to 64)")
+    budget = _confirming(max_runs=40)
+    stages, ev = _run_confirming(goal, budget, lambda x, lvl, s: (0.8 if x >= 11 else 0.1) + 0.03 * (s % 3))
+    assert stages[-1].kind == "confirm" and sum(s.n_runs for s in stages) <= 40
+    confirm = stages[-1]
+    # answer, neighbour and the reference (64), each with the same number of fresh seeds
+    assert {a.x for a in confirm.arms} >= {64} and len({len(a.seeds) for a in confirm.arms}) == 1
+    assert len(confirm.arms[0].seeds) >= budget.min_seeds
