@@ -61,6 +61,12 @@ def test_a_visible_gain_sizes_the_grid_for_power():
     assert any(w.startswith("Power: the confirmation needs") for w in why)
     pooled, why = size_budget(goal, budget.model_copy(update={"confirm": False}), cal, 3, 400)
     assert pooled.seeds == min(cal.seeds_per_arm, 8)
+    # a budget that cannot reach 80% says so, with the runs and run time that would
+    small = budget.model_copy(update={"max_runs": 12})
+    _sized, why = size_budget(goal, small, cal, runs_done=3, wall_spent_s=400, per_run_s=100)
+    grid_runs = 2 * 3  # batch sizes 2 and 4 (8 keeps its pilot seeds), 3 seeds each
+    total = 3 + grid_runs + 3 * cal.seeds_per_arm
+    assert any(w.startswith("Below 80%") and f"max_runs={total}" in w and f"{(total - 3) * 100} s" in w for w in why)
     # a wall budget caps the runs at the measured cost per run
     tight = budget.model_copy(update={"total_wall_s": 1000.0})
     capped, why = size_budget(goal, tight, cal, runs_done=3, wall_spent_s=400, per_run_s=100)
