@@ -24,7 +24,15 @@ from dataclasses import dataclass
 from a3r.analysis.evidence import MIN_EFFECT
 from a3r.analysis.stats import seeds_for_best, seeds_for_effect, sigma_upper, welch_power
 
-__all__ = ["TARGET_POWER", "SIGMA_CONFIDENCE", "ConfirmationSize", "analysed_as_best", "confirmation_size", "pooled_sd", "power_at"]
+__all__ = [
+    "TARGET_POWER",
+    "SIGMA_CONFIDENCE",
+    "ConfirmationSize",
+    "analysed_as_best",
+    "confirmation_size",
+    "pooled_sd",
+    "power_at",
+]
 
 TARGET_POWER = 0.8
 SIGMA_CONFIDENCE = 0.8  # sigma is planned at its one-sided 80% upper confidence bound
@@ -70,7 +78,14 @@ class ConfirmationSize:
 
 
 def power_at(
-    shape: str, arms: int, n: int, sigma: float, effect: float, alpha: float, floor_sd: float, margin: float = MIN_EFFECT
+    shape: str,
+    arms: int,
+    n: int,
+    sigma: float,
+    effect: float,
+    alpha: float,
+    floor_sd: float,
+    margin: float = MIN_EFFECT,
 ) -> float:
     """Planned power of a confirmation with n seeds per arm (the rule its analysis uses): the product of
     the comparisons it needs. A threshold's two tests (answer passes, neighbour fails) involve different

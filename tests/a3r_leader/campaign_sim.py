@@ -72,7 +72,9 @@ class Outcome:
     evidence: Evidence | None
 
 
-def _run_stage(design: StageDesign, goal: Goal, gain: Callable[[Any], float], rng, sigma: float, first_id: int):
+def _run_stage(
+    design: StageDesign, goal: Goal, gain: Callable[[Any], float], rng, sigma: float, first_id: int
+):
     """Synthetic runs of one stage: step-0 score P0, final score P0 + gain + noise on the 1/m grid."""
     arms = [(a, s) for a in design.arms for s in a.seeds]
     noise = rng.normal(0.0, sigma, len(arms))  # (runs,)
@@ -112,7 +114,9 @@ def run_campaign(
         obs.extend(_run_stage(design, goal, gain, rng, sigma, len(obs) + 1))
 
     if not budget.calibrate:  # the graph's plan node: the policy's first stage, nothing measured or sized
-        return _research(goal, budget, budget, policy, stages, obs, run, policy.plan_stage(goal, budget, [], None))
+        return _research(
+            goal, budget, budget, policy, stages, obs, run, policy.plan_stage(goal, budget, [], None)
+        )
     steps = budget.steps
     for _attempt in range(MAX_CALIBRATIONS):
         pilot = calibration_stage(goal, budget, index=len(stages) + 1, steps=steps)

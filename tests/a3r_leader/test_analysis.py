@@ -24,8 +24,8 @@ from a3r.analysis import (
     t_interval,
     welch_interval,
 )
-from a3r.analysis.stats import binomial_sd, sigma_upper, welch_power
 from a3r.analysis.curves import score_curve
+from a3r.analysis.stats import binomial_sd, sigma_upper, welch_power
 
 M = 64  # held-out items per evaluation
 P0 = 0.25  # untrained level

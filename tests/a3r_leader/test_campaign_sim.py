@@ -29,7 +29,7 @@ import a3r.report.data as report_data
 from a3r.leader.design import ResearchBudget
 from a3r.leader.goals import Factor, Goal
 
-from .campaign_sim import EFFECT, REF_GAIN, SIGMA, rates
+from .campaign_sim import EFFECT, REF_GAIN, rates
 
 N = 150  # campaigns per check: about 2 to 5 s each on a loaded 2-core machine
 Z = 2.326  # one-sided 1% normal quantile for the binomial slack
@@ -103,7 +103,9 @@ ERRORS = {
         _goal("compare", LR2), lambda x: -0.2 if x == 3e-5 else 0.0, None
     ),
     "compare 2 pooled over 4 looks, tied": lambda: error_check(_goal("compare", LR2), _tie, None, POOLED),
-    "compare 2 in one stage of 3 seeds, tied": lambda: error_check(_goal("compare", LR2), _tie, None, ONE_STAGE),
+    "compare 2 in one stage of 3 seeds, tied": lambda: error_check(
+        _goal("compare", LR2), _tie, None, ONE_STAGE
+    ),
 }
 
 
