@@ -195,8 +195,11 @@ def _lead(args: argparse.Namespace, campaign: str, goal: str | None) -> int:
     """Start (`goal` given) or resume a campaign to its report: the one error path of both."""
     from a3r.leader.runner import run_campaign
 
+    from a3r.leader.state import check_campaign_name
+
     ws = None
     try:
+        check_campaign_name(campaign)
         config = _leader_config(args, goal, campaign) if goal is not None else None
         more = _budget_overrides(getattr(args, "budget", [])) if config is None else None
         policy = _policy(args)

@@ -131,3 +131,11 @@ def test_the_same_goal_with_other_options_is_refused_not_answered_from_the_old_c
         ws.stop_monitor()
         ws.shutdown()
         ws.close()
+
+
+@pytest.mark.parametrize("name", ["../outside", "a/b", ".hidden"])
+def test_a_campaign_name_that_is_not_one_path_component_is_refused(cwd, capsys, name):
+    code, err = _main(capsys, "research", GOAL, "--campaign", name)
+    assert code == 2 and "is not allowed" in err and "--campaign" in err
+    assert _main(capsys, "resume", name)[0] == 2
+    assert list(cwd.iterdir()) == [] and not (cwd.parent / "outside").exists()
