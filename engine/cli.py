@@ -170,6 +170,12 @@ def main(argv: list[str] | None = None) -> int:
     except SwarmError as e:  # a server that would not start, a group left in doubt, ...: the message says why
         print(f"swarm: {e}", file=sys.stderr)
         return 1
+    except OSError as e:
+        if e.filename is None:
+            raise  # not a file the user named: a bug, keep its trace
+        # A read-only or missing run dir, token file or config: the path and the reason are the message.
+        print(f"swarm: {e.filename}: {e.strerror}; give a writable --run-dir (or --token-file)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

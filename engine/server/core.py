@@ -24,7 +24,7 @@ from typing import Any
 
 from engine.backends.base import Backend, SamplingParams, TokenCallback
 from engine.config import SwarmConfig
-from engine.errors import BadRequest, EpisodeNotFound, EpisodeRejected
+from engine.errors import BadRequest, EpisodeNotFound, EpisodeRejected, SwarmError
 from engine.pool.groups import GroupState, MemberOutcome
 from engine.pool.pool import SamplePool
 from engine.server.episodes import EndOutcome, EpisodeEnd, EpisodeRegistry, LiveEpisode
@@ -133,11 +133,13 @@ class SwarmServer:
             pool = await asyncio.to_thread(self._prepare_run_dir, cfg)
             backend = await asyncio.to_thread(self._factory, cfg)
             token_chars = await asyncio.to_thread(max_token_chars, backend.tokenizer)
+        except (SwarmError, OSError) as e:  # a config it cannot serve, an unwritable run dir: the message says why
+            log.error("boot failed: %s", e)
+            self._boot_failed(e)
+            return
         except Exception as e:  # noqa: BLE001 - any boot failure must land in status, not kill the loop
             log.exception("boot failed")
-            self.error = f"boot failed: {e}"
-            if self.state is ServerState.BOOTING:  # not stopped meanwhile
-                self.sm.transition(ServerState.OFFLINE)
+            self._boot_failed(e)
             return
         if self.state is not ServerState.BOOTING:  # stopped while loading
             backend.close()
@@ -151,6 +153,11 @@ class SwarmServer:
         if self._sweeper is None or self._sweeper.done():
             self._sweeper = self._spawn(self._sweep_forever())
         self._maybe_trigger()
+
+    def _boot_failed(self, e: Exception) -> None:
+        self.error = f"boot failed: {e}"
+        if self.state is ServerState.BOOTING:  # not stopped meanwhile
+            self.sm.transition(ServerState.OFFLINE)
 
     @staticmethod
     def _prepare_run_dir(cfg: SwarmConfig) -> SamplePool:
