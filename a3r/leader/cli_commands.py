@@ -194,7 +194,6 @@ def _exit_code(e: Exception) -> ExitCode | None:
 def _lead(args: argparse.Namespace, campaign: str, goal: str | None) -> int:
     """Start (`goal` given) or resume a campaign to its report: the one error path of both."""
     from a3r.leader.runner import run_campaign
-
     from a3r.leader.state import check_campaign_name
 
     ws = None

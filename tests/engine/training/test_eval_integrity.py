@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from engine.training.audit import audit_run_dir
+
 EVAL_SIZE = 48
 
 
@@ -74,6 +76,8 @@ def test_an_evaluation_cut_short_by_a_killed_server_is_measured_again_in_full(tm
     assert [(r["step"], r["eval_items"]) for r in rows] == [(0, EVAL_SIZE), (1, EVAL_SIZE)], rows
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["accuracy_before"] == rows[0]["eval_accuracy"]
+    report = audit_run_dir(run_dir, eval_items=EVAL_SIZE)
+    assert report.ok and report.checked["evaluations"] == 2, report.as_dict()
     # A finished run dir run again: nothing evaluated again, no second final row.
     before = metrics.read_text()
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "400"})
