@@ -47,10 +47,17 @@ def test_a_steps_prompts_trained_twice_and_the_next_never_are_caught():
     journal = [r for r in journal if r != {"op": "trained", "seqs": [4, 5]}]
     journal += [_add(10, 1, 0), _add(11, 1, 0), {"op": "trained", "seqs": [10, 11]}]
     report = audit_history(journal, metrics, group_size=G, eval_items=8)
-    assert any("'s1:0:item10' trained 4 episodes" in v and "step 1's prompts trained twice" in v for v in report.violations)
+    assert any("'s1:0:item10' trained 4 episodes, two groups of 2 or more" in v and "step 1's prompts trained twice" in v for v in report.violations)
     journal += [_add(12, 3, 0), _add(13, 3, 0), {"op": "trained", "seqs": [12, 13]}]
     report = audit_history(journal, metrics, group_size=G, eval_items=8)
     assert "step 2's prompts were never trained (steps 0..3 trained around it)" in report.violations
+
+
+def test_one_extra_episode_in_a_group_is_not_a_step_trained_twice():
+    """A retried episode whose first end was accepted adds one to its group: legitimate, not flagged."""
+    journal, metrics = _clean()
+    journal += [_add(20, 1, 0), {"op": "trained", "seqs": [20]}]
+    assert audit_history(journal, metrics, group_size=G, eval_items=8).ok
 
 
 def test_a_seq_marked_trained_twice_is_caught():
