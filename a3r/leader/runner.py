@@ -94,8 +94,10 @@ def run_campaign(
                 raise CampaignError(
                     f"campaign {name!r} already exists with the goal {stored['goal']!r}; resume it or pick another name"
                 )
-            new = config.model_dump(mode="json") if config is not None else {}
-            changed = [c for key in RESULT_SETTINGS if config is not None for c in config_changes(stored.get(key), new.get(key), f"{key}.")]
+            changed: list[str] = []
+            if config is not None:
+                new = config.model_dump(mode="json")
+                changed = [c for key in RESULT_SETTINGS for c in config_changes(stored.get(key), new.get(key), f"{key}.")]
             if changed:
                 # Answering with the stored campaign would pass its results off as the new options' answer.
                 raise CampaignError(
