@@ -17,10 +17,16 @@ from pathlib import Path
 __all__ = ["main"]
 
 
-def _ws(args):
+def _ws(args, *, create: bool = False):
+    """The workspace the command names; only a command that adds work (`submit`) may create one, so a
+    mistyped --workspace is an error rather than a new, empty workspace."""
     from a3r.api import Workspace
+    from a3r.config import CONFIG_FILE
 
-    return Workspace(args.workspace, db_path=args.db)
+    root = Path(args.workspace)
+    if not create and not (root / CONFIG_FILE).exists():
+        raise ValueError(f"no workspace at {root.resolve()} (no {CONFIG_FILE}); create one with `a3r init`, or give --workspace")
+    return Workspace(root, db_path=args.db)
 
 
 def _fail(msg: str, code: int = 1) -> int:
@@ -57,7 +63,7 @@ def cmd_submit(args) -> int:
     if missing:
         return _fail(f"no such blueprint file: {', '.join(missing)}; {GOAL_FORM}", 2)
     bps = [Blueprint.from_yaml(p) for p in args.blueprints]
-    ws = _ws(args)
+    ws = _ws(args, create=True)
     camp = ws.create_campaign(args.campaign)
     stage = ws.create_stage(camp.id, args.stage)
     runs = ws.add_blueprints(stage.id, bps, priority=args.priority)
@@ -616,3 +622,7 @@ def main(argv: list[str] | None = None) -> int:
         return args.fn(args)
     except (A3RError, ValueError) as e:
         return _fail(str(e))
+    except OSError as e:
+        if e.filename is None:
+            raise  # not a path the user gave: a bug, keep its trace
+        return _fail(f"{e.filename}: {e.strerror}; give a writable --workspace")

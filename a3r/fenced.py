@@ -9,7 +9,9 @@ only if the caller's belief still holds, returning False otherwise:
   the worker started; the worker must not start the job.
 - `heartbeat`: only while active. False: the attempt was closed; the worker must kill its job.
 - `ingest_metrics`: compare-and-set on the byte offset of the metrics file, so the worker and the
-  monitor can both tail it without double counting.
+  monitor can both tail it without double counting. A later line for the same (step, name) replaces the
+  earlier value: a job writes a step's metric again only to supersede it (the step retrained after a
+  server restart, an evaluation re-measured after a crash cut it short).
 - `finish_attempt`: only while active; the first writer of an outcome wins.
 
 Table and column names are those of `a3r.store.models` (checked by the store tests).
@@ -126,7 +128,8 @@ def ingest_metrics(
             return False
         run_id = row[0]
         conn.executemany(
-            "INSERT OR IGNORE INTO metric_point (run_id, attempt_id, step, name, value, ts) VALUES (?, ?, ?, ?, ?, ?)",
+            "INSERT INTO metric_point (run_id, attempt_id, step, name, value, ts) VALUES (?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (attempt_id, step, name) DO UPDATE SET value = excluded.value, ts = excluded.ts",
             [(run_id, attempt_id, step, name, value, now) for step, name, value in points],
         )
         conn.execute(

@@ -56,6 +56,15 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_audit(args: argparse.Namespace) -> int:
+    """Exit 0 when the history holds, 1 with the violations listed otherwise."""
+    from engine.training.audit import audit_run_dir, format_report
+
+    report = audit_run_dir(args.run_dir, eval_items=args.eval_items)
+    print(json.dumps(report.as_dict(), indent=2) if args.json else format_report(report, args.run_dir))
+    return 0 if report.ok else 1
+
+
 def _cmd_top(args: argparse.Namespace) -> int:
     from engine.client.top import top
 
@@ -161,6 +170,12 @@ def main(argv: list[str] | None = None) -> int:
     tr.add_argument("--run-dir", help="where checkpoints, metrics and summary.json go (default runs/<task>-<time>)")
     tr.set_defaults(fn=_cmd_train)
 
+    au = sub.add_parser("audit", help="check a run dir's training history: each batch trained once, steps contiguous, evaluations complete")
+    au.add_argument("run_dir", help="the run dir of `swarm train` / `swarm serve --run-dir`")
+    au.add_argument("--eval-items", type=int, help="the held-out set size every evaluation must have scored")
+    au.add_argument("--json", action="store_true", help="print the report as JSON")
+    au.set_defaults(fn=_cmd_audit)
+
     args = p.parse_args(argv)
     try:
         return args.fn(args)
@@ -169,6 +184,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except SwarmError as e:  # a server that would not start, a group left in doubt, ...: the message says why
         print(f"swarm: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:
+        if e.filename is None:
+            raise  # not a file the user named: a bug, keep its trace
+        # A read-only or missing run dir, token file or config: the path and the reason are the message.
+        print(f"swarm: {e.filename}: {e.strerror}; give a writable --run-dir (or --token-file)", file=sys.stderr)
         return 1
 
 

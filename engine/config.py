@@ -106,6 +106,12 @@ class EpisodeConfig(_Frozen):
     total_timeout_s: float = Field(3600.0, gt=0, description="An episode older than this is aborted.")
     max_tokens_default: int = Field(256, ge=1, description="max_tokens when a request gives none.")
     max_context_tokens: int = Field(4096, ge=16, description="Prompt + completion cap; longer requests get HTTP 400.")
+    max_request_bytes: int = Field(
+        8 * 1024 * 1024,
+        ge=4096,
+        description="Largest HTTP request body the server reads; a bigger one gets HTTP 413 before it is parsed. "
+        "Raise it with max_context_tokens for very long contexts (a token is a few bytes of JSON).",
+    )
     exact_history: bool = Field(
         True,
         description="Feed a re-sent assistant message as the token ids this episode sampled for it (matched on "

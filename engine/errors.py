@@ -45,6 +45,10 @@ class ServerLost(SwarmError, RuntimeError):
     """A job's own server kept dying: it was restarted as often as the job allows and died again."""
 
 
+class EvaluationIncomplete(SwarmError, RuntimeError):
+    """An evaluation did not score every held-out item; its partial accuracy is not recorded."""
+
+
 class ModelLoadError(SwarmError, RuntimeError):
     """A model could not be found or loaded."""
 

@@ -33,7 +33,7 @@ from rich.console import Console
 
 from engine.client import SwarmClient, run_episodes
 from engine.config import SwarmConfig
-from engine.errors import ConfigError, ServerLost
+from engine.errors import ConfigError, EvaluationIncomplete, ServerLost
 from engine.tasks import get_task
 from engine.tasks.base import HELD_OUT_SEED, split_items
 from engine.teams.config import TeamConfig, TeamMethod
@@ -230,7 +230,13 @@ def evaluate(
     client: SwarmClient, job: TrainJob, items, label: str, step: int, log: MetricsLog,
     task_name: str | None = None, key: str = "eval_accuracy",
 ) -> float:
-    """Greedy accuracy on the held-out items, printed and logged as `key` at `step`."""
+    """Greedy accuracy on the held-out items, printed and logged as `key` at `step`, with the number of
+    items scored beside it (`eval_items`, or `eval_items/<task>` in a mix).
+
+    Raises `EvaluationIncomplete`, logging nothing, when an item could not be scored (its episode failed
+    every retry, e.g. the server died under it): an accuracy over the items that happened to finish is
+    not the held-out accuracy, and a row of it would pass for one.
+    """
     task = get_task(task_name or job.task)
     greedy = {"temperature": 0.0, "max_tokens": job.max_tokens}
     res = run_episodes(
@@ -242,10 +248,21 @@ def evaluate(
         is_eval=True,
         show_progress=True,
     )
+    scored = sum(r is not None for r in res.rewards)
+    if scored < len(items):
+        raise EvaluationIncomplete(
+            f"the {label!r} evaluation ({key}) scored {scored} of {len(items)} held-out items, so it was not "
+            f"recorded; first failure: {res.failures[0] if res.failures else 'unknown'}"
+        )
     acc = res.mean_reward
     console.print(f"[bold]{label}[/] greedy accuracy ({key}) on {len(items)} held-out items: {acc:.3f}")
-    log.write({"step": step, key: acc})
+    log.write({"step": step, key: acc, eval_items_key(key): len(items)})
     return acc
+
+
+def eval_items_key(accuracy_key: str) -> str:
+    """The metric that counts the items behind an accuracy: eval_accuracy/x -> eval_items/x."""
+    return accuracy_key.replace("eval_accuracy", "eval_items", 1)
 
 
 def _evaluate_mix(clients: dict[str, SwarmClient], job: TrainJob, held_out: dict, label: str, step: int, log: MetricsLog) -> float:
@@ -254,8 +271,29 @@ def _evaluate_mix(clients: dict[str, SwarmClient], job: TrainJob, held_out: dict
         return evaluate(clients[job.task], job, held_out[job.task], label, step, log)
     accs = {t: evaluate(clients[t], job, held_out[t], label, step, log, t, f"eval_accuracy/{t}") for t in job.mix}
     acc = sum(job.mix[t] * a for t, a in accs.items())
-    log.write({"step": step, "eval_accuracy": acc})
+    log.write({"step": step, "eval_accuracy": acc, "eval_items": sum(len(held_out[t]) for t in job.mix)})
     return acc
+
+
+def _evaluate_on(server: ServerProcess, *args) -> float:
+    """`_evaluate_mix`, where an evaluation cut short by the server's death is a lost server: `train`
+    restarts it and the evaluation is measured again, in full, after the resume."""
+    try:
+        return _evaluate_mix(*args)
+    except EvaluationIncomplete as e:
+        code = _exit_code(server)
+        if code is None:
+            raise
+        raise httpx.TransportError(f"the server exited with code {code} during an evaluation: {e}") from e
+
+
+def _finished_summary(run_dir: Path, max_steps: int) -> dict | None:
+    """The summary of a run dir that already trained to `max_steps` and evaluated, else None."""
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return summary if isinstance(summary, dict) and summary.get("max_steps") == max_steps else None
 
 
 def train_single(job: TrainJob, run_dir: Path) -> dict:
@@ -272,6 +310,11 @@ def train_single(job: TrainJob, run_dir: Path) -> dict:
     max_steps = job.swarm.training.max_steps
     if max_steps is None:
         raise ConfigError("swarm train needs swarm.training.max_steps (how many optimizer steps to run)")
+    done = _finished_summary(run_dir, max_steps)
+    if done is not None:
+        # Running it again would evaluate again and append a second final row to its metrics.
+        console.print(f"[yellow]{run_dir} already finished its {max_steps} steps; its summary: {run_dir / 'summary.json'}")
+        return done
     cfg = job.server_config(run_dir)
     per_batch = job.tasks_per_batch()
     name = "+".join(per_batch) if job.mix else job.task
@@ -339,7 +382,7 @@ def _drive(server: ServerProcess, job: TrainJob, cfg: SwarmConfig, run_dir: Path
         # After a restart, evaluations past the resumed step belong to steps that are trained again.
         summary["evals"] = [e for e in summary["evals"] if e["step"] <= step]
         if job.eval_size and step == 0 and "accuracy_before" not in summary:  # not again after a restart
-            summary["accuracy_before"] = _evaluate_mix(clients, job, held_out, "before", 0, log)
+            summary["accuracy_before"] = _evaluate_on(server, clients, job, held_out, "before", 0, log)
         while step < max_steps:
             rewards = _run_mixed_step(clients, job, data, per_batch, step, N, sampling)
             st = client.wait_for_step(step + 1, timeout=3600)
@@ -351,10 +394,10 @@ def _drive(server: ServerProcess, job: TrainJob, cfg: SwarmConfig, run_dir: Path
                 f"step time {m.get('step_time_s', float('nan')):.1f}s"
             )
             if job.eval_every and step % job.eval_every == 0 and step < max_steps:
-                acc = _evaluate_mix(clients, job, held_out, f"step {step}", step, log)
+                acc = _evaluate_on(server, clients, job, held_out, f"step {step}", step, log)
                 summary["evals"].append({"step": step, "accuracy": acc})
         if job.eval_size:
-            summary["accuracy_after"] = _evaluate_mix(clients, job, held_out, "after", step, log)
+            summary["accuracy_after"] = _evaluate_on(server, clients, job, held_out, "after", step, log)
         summary["final_status"] = client.status()
     finally:
         for c in clients.values():

@@ -14,7 +14,7 @@ import json
 import time
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -50,6 +50,11 @@ class BadQuery(ValueError):
     """A query parameter the dashboard cannot use (the message says which and why)."""
 
 
+# SQLite's integers are signed 64-bit: a bigger id cannot name a row (and overflows the driver: a 500).
+SQLITE_MAX_INT = 2**63 - 1
+RowId = Annotated[int, Query(ge=0, le=SQLITE_MAX_INT, description="a row id of the store")]
+
+
 def parse_since(text: str) -> dict[int, int | None]:
     """`"3:10,4,5:-1"` -> {3: 10, 4: None, 5: -1}: runs, each with the last step the caller already has."""
     out: dict[int, int | None] = {}
@@ -57,6 +62,8 @@ def parse_since(text: str) -> dict[int, int | None]:
         rid, _, step = item.partition(":")
         try:
             out[int(rid)] = int(step) if step else None
+            if not all(abs(v) <= SQLITE_MAX_INT for v in (int(rid), out[int(rid)] or 0)):
+                raise ValueError("out of SQLite's integer range")
         except ValueError:
             raise BadQuery(f"runs={text!r}: expected run ids, each optionally ':<last step seen>'") from None
     if not out:
@@ -189,12 +196,12 @@ def create_app(cfg: DashboardConfig) -> FastAPI:
         return page("index", "Campaigns")
 
     @app.get("/campaign", response_class=HTMLResponse)
-    def campaign_page(ws: str, id: int):
+    def campaign_page(ws: str, id: RowId):
         camp = sources.get(ws).store.get_campaign(id)
         return page("campaign", camp.name, ws=ws, id=id)
 
     @app.get("/run", response_class=HTMLResponse)
-    def run_page(ws: str, id: int):
+    def run_page(ws: str, id: RowId):
         run = sources.get(ws).store.get_run(id)
         return page("run", run.name, ws=ws, id=id)
 
@@ -206,12 +213,12 @@ def create_app(cfg: DashboardConfig) -> FastAPI:
         return camp, d
 
     @app.get("/report", response_class=HTMLResponse)
-    def report_page(ws: str, id: int):
+    def report_page(ws: str, id: RowId):
         camp, _d = _report_of(ws, id)
         return page("report", f"Report of {camp.name}", ws=ws, id=id)
 
     @app.get("/report/raw")
-    def report_raw(ws: str, id: int):
+    def report_raw(ws: str, id: RowId):
         _camp, d = _report_of(ws, id)
         # the report is self-contained HTML: shown sandboxed, with no script and nothing fetched
         headers = {
@@ -252,7 +259,7 @@ def create_app(cfg: DashboardConfig) -> FastAPI:
         }
 
     @app.get("/api/campaign")
-    def campaign(ws: str, id: int):
+    def campaign(ws: str, id: RowId):
         """The run table of one campaign, with its stage progress and report summary."""
         src = sources.get(ws)
         table = run_table(src, id, time.time())
@@ -261,20 +268,20 @@ def create_app(cfg: DashboardConfig) -> FastAPI:
         return table | {"summary": summary, "report": report_summary(d) if d is not None else None}
 
     @app.get("/api/report")
-    def report(ws: str, id: int):
+    def report(ws: str, id: RowId):
         """The report's answer and arms (run ids), for the report page around the sandboxed HTML."""
         camp, d = _report_of(ws, id)
         return {"campaign": {"ws": ws, "id": camp.id, "name": camp.name}} | report_summary(d)
 
     @app.get("/api/run")
-    def run(ws: str, id: int):
+    def run(ws: str, id: RowId):
         src = sources.get(ws)
         detail = run_detail(src, id, time.time())
         detail["report"] = report_dir(cfg.reports_dir, detail["campaign"]["name"]) is not None
         return detail
 
     @app.get("/api/compare")
-    def compare(ws: str, id: int, metric: str = Query(min_length=1), summary: Summary = Summary.FINAL):
+    def compare(ws: str, id: RowId, metric: str = Query(min_length=1), summary: Summary = Summary.FINAL):
         """Each run's `summary` of `metric` against the varied config values, with t intervals and
         parameter importance (see `a3r.dashboard.compare`)."""
         src = sources.get(ws)
@@ -282,7 +289,7 @@ def create_app(cfg: DashboardConfig) -> FastAPI:
         return compare_view(src, id, metric, summary)
 
     @app.get("/api/diff")
-    def diff(ws: str, a: int, b: int):
+    def diff(ws: str, a: RowId, b: RowId):
         """The effective configs of runs `a` and `b` side by side, and which keys differ."""
         return config_diff(sources.get(ws), a, b)
 
@@ -294,7 +301,7 @@ def create_app(cfg: DashboardConfig) -> FastAPI:
         return {"name": name, "series": {str(rid): points for rid, points in series.items()}}
 
     @app.get("/api/export/{what}.{fmt}")
-    def export(what: str, fmt: str, ws: str, id: int):
+    def export(what: str, fmt: str, ws: str, id: RowId):
         """The run table (`runs`) or every metric point (`metrics`) of a campaign, as CSV or JSON."""
         if what not in ("runs", "metrics") or fmt not in ("csv", "json"):
             raise NotFound(f"no export {what}.{fmt}; use runs.csv, runs.json, metrics.csv or metrics.json")

@@ -127,7 +127,23 @@ def _base_job(args: argparse.Namespace) -> dict[str, Any]:
         if not sep or not key:
             raise ValueError(f"--set takes KEY.PATH=VALUE, got {item!r}")
         set_dotted(job, key.strip(), parse_value(value))
+    _check_job(job)
     return job
+
+
+def _check_job(job: dict[str, Any]) -> None:
+    """Refuse a base job the engine would refuse, before anything of the campaign is written: a bad
+    --set must not leave a workspace, a campaign row and a leader checkpoint that every later submit or
+    resume trips over."""
+    from pydantic import ValidationError
+
+    from engine.jobs import TrainJob
+
+    try:
+        TrainJob.model_validate(job)
+    except ValidationError as e:
+        wrong = "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors())
+        raise ValueError(f"--set/--model give an invalid engine job ({wrong}); fix or drop that option") from None
 
 
 def _leader_config(args: argparse.Namespace, goal: str, campaign: str):
@@ -178,9 +194,11 @@ def _exit_code(e: Exception) -> ExitCode | None:
 def _lead(args: argparse.Namespace, campaign: str, goal: str | None) -> int:
     """Start (`goal` given) or resume a campaign to its report: the one error path of both."""
     from a3r.leader.runner import run_campaign
+    from a3r.leader.state import check_campaign_name
 
     ws = None
     try:
+        check_campaign_name(campaign)
         config = _leader_config(args, goal, campaign) if goal is not None else None
         more = _budget_overrides(getattr(args, "budget", [])) if config is None else None
         policy = _policy(args)

@@ -94,6 +94,16 @@ def run_campaign(
                 raise CampaignError(
                     f"campaign {name!r} already exists with the goal {stored['goal']!r}; resume it or pick another name"
                 )
+            changed: list[str] = []
+            if config is not None:
+                new = config.model_dump(mode="json")
+                changed = [c for key in RESULT_SETTINGS for c in config_changes(stored.get(key), new.get(key), f"{key}.")]
+            if changed:
+                # Answering with the stored campaign would pass its results off as the new options' answer.
+                raise CampaignError(
+                    f"campaign {name!r} already exists with other options ({'; '.join(changed)}); resume it as it "
+                    "is (`a3r resume`), or submit the goal under a new --campaign name to run with the new ones"
+                )
             if budget and config is not None:
                 raise CampaignError("a larger budget continues a campaign: give it to `resume`, not with a goal")
             if budget and snap.next:
@@ -164,6 +174,18 @@ def continue_state(ws: Workspace, values: dict[str, Any], overrides: dict[str, A
         used = max(0.0, max(ended, default=started) - started)
         update["started_at"] = time.time() - used
     return update
+# The LeaderConfig settings that change a campaign's answer (where its report goes does not).
+RESULT_SETTINGS = ("budget", "base_job", "metric")
+
+
+def config_changes(stored: Any, new: Any, prefix: str = "") -> list[str]:
+    """The dotted settings whose value differs between two configs' JSON, as `key: old -> new`."""
+    if isinstance(stored, dict) and isinstance(new, dict):
+        out: list[str] = []
+        for key in sorted(set(stored) | set(new), key=str):
+            out += config_changes(stored.get(key), new.get(key), f"{prefix}{key}.")
+        return out
+    return [] if stored == new else [f"{prefix.rstrip('.')}: {stored!r} -> {new!r}"]
 
 
 def _lock(path: Path, campaign: str) -> IO[str]:

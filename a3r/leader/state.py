@@ -15,7 +15,23 @@ from pydantic import BaseModel, ConfigDict, Field
 from a3r.leader.blueprints import DEFAULT_BASE_JOB
 from a3r.leader.design import ResearchBudget
 
-__all__ = ["LeaderConfig", "LeaderState", "StageRecord"]
+__all__ = ["CAMPAIGN_NAME", "LeaderConfig", "LeaderState", "StageRecord", "check_campaign_name"]
+
+# A campaign name becomes a directory (campaigns/<name>, <reports_dir>/<name>) and a tmux socket name: one
+# path component, so `../x` or `a/b` cannot put a workspace or a report elsewhere.
+CAMPAIGN_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"
+
+
+def check_campaign_name(name: str) -> str:
+    """`name` if it is a valid campaign name, else ValueError saying what one looks like."""
+    import re
+
+    if not re.fullmatch(CAMPAIGN_NAME, name or ""):
+        raise ValueError(
+            f"campaign name {name!r} is not allowed: use letters, digits, '-', '_' and '.', starting with a "
+            "letter or digit (at most 100 characters), e.g. --campaign batch-size-study"
+        )
+    return name
 
 
 class LeaderConfig(BaseModel):
@@ -24,7 +40,9 @@ class LeaderConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     campaign: str = Field(
-        min_length=1, description="Campaign name: the store's campaign and the graph's thread id."
+        min_length=1,
+        pattern=CAMPAIGN_NAME,
+        description="Campaign name: the store's campaign, the graph's thread id and a directory name.",
     )
     goal: str = Field(min_length=1, description="The research goal, verbatim.")
     budget: ResearchBudget = ResearchBudget()

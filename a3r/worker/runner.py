@@ -12,7 +12,8 @@ the job's output live; tmux is only the container and viewer. The worker:
    ours: kill the job and leave), tails A3R_METRICS_FILE into the store;
 4. kills the job at the wall-time budget (SIGTERM, then SIGKILL after `kill_grace_s`);
 5. when the job ends: kills stray processes left in its group, classifies a failure from the exit status
-   and log tail, writes result.json, then records the result in the store.
+   and log tail, audits the training history of a job that succeeded (`engine.training.audit` over its
+   run dir; a history that fails it fails the attempt), writes result.json, then records the result.
 
 SIGHUP (pane closed) and SIGTERM make it stop the job and record an infrastructure failure; Ctrl-C in an
 attached pane is ignored (the pane is a viewer; `a3r cancel` stops a run).
@@ -44,6 +45,7 @@ __all__ = ["EXIT_FENCED", "EXIT_OK", "Worker", "tail_lines"]
 EXIT_OK, EXIT_ERROR, EXIT_BAD_SPEC, EXIT_FENCED = 0, 1, 2, 3
 _PR_SET_PDEATHSIG = 1
 _GUARD = str(Path(__file__).with_name("guard.py"))
+AUDIT_FILE = "audit.json"  # the training-history audit of a finished job's run dir
 
 
 def _die_with_parent(parent_pid: int) -> None:
@@ -249,8 +251,26 @@ class Worker:
             kind = classify_failure(o.exit_code, tail, saw_nan=self._saw_nan)
             state = AttemptState.SUCCEEDED if kind is None else AttemptState.FAILED
             o.detail = f"job exited with status {o.exit_code}" + (f" ({kind.value})" if kind else "")
+            broken = self._history_violations() if kind is None else []
+            if broken:
+                # A finished run whose training history does not hold (a batch trained twice, an evaluation
+                # cut short) must not count: its scores come from data other than the design's.
+                state, kind = AttemptState.FAILED, FailureKind.CODE_ERROR
+                o.detail = f"job exited with status 0 but its training history fails the audit: {'; '.join(broken[:5])}"
         self._record(state, o.exit_code, kind.value if kind else None, o.detail, tail)
         return EXIT_OK
+
+    def _history_violations(self) -> list[str]:
+        """The engine's audit over the job's run dir (`swarm train --run-dir $A3R_CHECKPOINT_DIR`); written
+        to audit.json beside the result. Nothing to audit (no engine run dir there): no violations."""
+        from engine.training.audit import audit_run_dir
+
+        try:
+            report = audit_run_dir(self.spec.checkpoint_dir)
+        except FileNotFoundError:
+            return []
+        write_json_atomic(self.dir / AUDIT_FILE, report.as_dict())
+        return report.violations
 
     def _record(
         self, state: AttemptState, exit_code: int | None, kind: str | None, reason: str, tail: str

@@ -7,12 +7,13 @@ episode end/abort need the episode's own key. Every 4xx carries OpenAI's error s
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import time
 import uuid
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import aclosing, asynccontextmanager
 
 from fastapi import Depends, FastAPI, Header, Path, Request
 from fastapi.exceptions import RequestValidationError
@@ -33,6 +34,7 @@ from engine.errors import (
 )
 from engine.server.core import SwarmServer
 from engine.server.episodes import EpisodeEnd, LiveEpisode
+from engine.server.limits import BodyLimit
 from engine.server.schemas import (
     GROUP_ID_PATTERN,
     BeginEpisodeRequest,
@@ -80,6 +82,7 @@ def create_app(server: SwarmServer, admin_token: str, public_url: str | None = N
         await server.shutdown()
 
     app = FastAPI(title="swarm server", version="0.1.0", lifespan=lifespan)
+    app.add_middleware(BodyLimit, limit=lambda: server.config.episodes.max_request_bytes)
 
     # -- error mapping ----------------------------------------------------------------------------
     @app.exception_handler(AuthenticationFailed)
@@ -143,7 +146,7 @@ def create_app(server: SwarmServer, admin_token: str, public_url: str | None = N
 
     # -- inference --------------------------------------------------------------------------------
     @app.post("/v1/chat/completions")
-    async def chat_completions(req: ChatCompletionRequest, ep: LiveEpisode = Depends(episode_from_key)):
+    async def chat_completions(request: Request, req: ChatCompletionRequest, ep: LiveEpisode = Depends(episode_from_key)):
         max_tokens = req.max_completion_tokens or req.max_tokens or server.config.episodes.max_tokens_default
         stop = (req.stop,) if isinstance(req.stop, str) else tuple(req.stop or ())
         params = SamplingParams(
@@ -151,10 +154,21 @@ def create_app(server: SwarmServer, admin_token: str, public_url: str | None = N
         )
         model = server.config.model.name
         if req.stream:
-            return StreamingResponse(
+            return _ClosingStreamingResponse(
                 _sse(server, ep, req, params, model), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
             )
-        completions, parsed, n_prompt = await server.chat(ep, req.messages, req.tools, params)
+        # A client that hangs up stops its generation: the call is cancelled and nothing of it is recorded.
+        call = asyncio.ensure_future(server.chat(ep, req.messages, req.tools, params))
+        gone = asyncio.ensure_future(_client_gone(request))
+        try:
+            await asyncio.wait({call, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+            if not call.done():
+                call.cancel()
+        if call.cancelled():
+            return _error(499, "client closed the request; its generation was stopped and not recorded", "client_closed")
+        completions, parsed, n_prompt = call.result()
         # Already plain JSON types: skip FastAPI's generic encoder, which walks the body on every call.
         return JSONResponse(_completion_body(completions, parsed, n_prompt, model))
 
@@ -259,6 +273,27 @@ def create_app(server: SwarmServer, admin_token: str, public_url: str | None = N
     return app
 
 
+async def _client_gone(request: Request) -> None:
+    """Return once the client has disconnected (the request body was already read in full)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+class _ClosingStreamingResponse(StreamingResponse):
+    """A StreamingResponse that closes its body generator when it ends, however it ends.
+
+    Starlette cancels the sending task on a client disconnect and leaves the generator suspended; closing
+    it here runs its cleanup now (core.chat_stream then cancels the generation) instead of whenever the
+    generator is garbage-collected.
+    """
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.body_iterator.aclose()
+
+
 def _usage(n_prompt: int, n_completion: int) -> dict[str, int]:
     return {"prompt_tokens": n_prompt, "completion_tokens": n_completion, "total_tokens": n_prompt + n_completion}
 
@@ -297,22 +332,23 @@ async def _sse(server: SwarmServer, ep: LiveEpisode, req: ChatCompletionRequest,
         return f"data: {json.dumps(body)}\n\n"
 
     try:
-        async for event in server.chat_stream(ep, req.messages, req.tools, params):
-            if event.kind == "delta":
-                yield chunk([{"index": event.index, "delta": {"content": event.text}, "finish_reason": None}])
-            elif event.kind == "done":
-                for i, (c, (content, tool_calls)) in enumerate(zip(event.completions, event.parsed, strict=True)):
-                    # What was streamed is a prefix of the final content (core.streamable); send the rest.
-                    content, sent = content or "", event.sent.get(i, "")
-                    delta: dict = {}
-                    if content.startswith(sent) and content[len(sent) :]:
-                        delta["content"] = content[len(sent) :]
-                    if tool_calls:
-                        delta["tool_calls"] = [{"index": j, **tc} for j, tc in enumerate(tool_calls)]
-                    finish = "tool_calls" if tool_calls else c.finish_reason
-                    yield chunk([{"index": i, "delta": delta, "finish_reason": finish}])
-                if (req.stream_options or {}).get("include_usage"):
-                    yield chunk([], _usage(event.n_prompt, sum(len(c.token_ids) for c in event.completions)))
+        async with aclosing(server.chat_stream(ep, req.messages, req.tools, params)) as events:
+            async for event in events:
+                if event.kind == "delta":
+                    yield chunk([{"index": event.index, "delta": {"content": event.text}, "finish_reason": None}])
+                elif event.kind == "done":
+                    for i, (c, (content, tool_calls)) in enumerate(zip(event.completions, event.parsed, strict=True)):
+                        # What was streamed is a prefix of the final content (core.streamable); send the rest.
+                        content, sent = content or "", event.sent.get(i, "")
+                        delta: dict = {}
+                        if content.startswith(sent) and content[len(sent) :]:
+                            delta["content"] = content[len(sent) :]
+                        if tool_calls:
+                            delta["tool_calls"] = [{"index": j, **tc} for j, tc in enumerate(tool_calls)]
+                        finish = "tool_calls" if tool_calls else c.finish_reason
+                        yield chunk([{"index": i, "delta": delta, "finish_reason": finish}])
+                    if (req.stream_options or {}).get("include_usage"):
+                        yield chunk([], _usage(event.n_prompt, sum(len(c.token_ids) for c in event.completions)))
     except (BadRequest, EpisodeRejected, EpisodeNotFound) as e:
         yield f"data: {json.dumps(_error_body(str(e), type(e).__name__))}\n\n"
     yield "data: [DONE]\n\n"

@@ -12,20 +12,23 @@ checkpoint -> ROLLING with the new weights live.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from engine.backends.base import Backend, SamplingParams, TokenCallback
 from engine.config import SwarmConfig
-from engine.errors import BadRequest, EpisodeNotFound, EpisodeRejected
+from engine.errors import BadRequest, EpisodeNotFound, EpisodeRejected, SwarmError
 from engine.pool.groups import GroupState, MemberOutcome
 from engine.pool.pool import SamplePool
 from engine.server.episodes import EndOutcome, EpisodeEnd, EpisodeRegistry, LiveEpisode
+from engine.server.limits import max_token_chars, prompt_tokens_lower_bound
 from engine.server.state import ServerState, StateMachine
 from engine.tracking.chat import TOOL_CALL_OPEN, parse_tool_calls, render_prompt
 from engine.tracking.history import HistoryReuse, reuse_sampled_ids, sampled_replies
@@ -101,6 +104,10 @@ class SwarmServer:
         self._cross_dropped = 0  # peers' samples that re-tokenised to nothing since the last step
         # Ends and prepares whose journal write is in flight, by key: a retry waits for the first one's answer.
         self._ending: dict[str, asyncio.Future[EndOutcome]] = {}
+        # Chat templates and tokenizers run here, never on the event loop; one thread, because a fast
+        # tokenizer shared by concurrent encodes can fail with "Already borrowed".
+        self._render_pool = ThreadPoolExecutor(1, thread_name_prefix="swarm-render")
+        self._token_chars = 1  # the loaded tokenizer's longest token in characters (limits.max_token_chars)
 
     # -- lifecycle --------------------------------------------------------------------------------
     @property
@@ -125,16 +132,20 @@ class SwarmServer:
         try:
             pool = await asyncio.to_thread(self._prepare_run_dir, cfg)
             backend = await asyncio.to_thread(self._factory, cfg)
+            token_chars = await asyncio.to_thread(max_token_chars, backend.tokenizer)
+        except (SwarmError, OSError) as e:  # a config it cannot serve, an unwritable run dir: the message says why
+            log.error("boot failed: %s", e)
+            self._boot_failed(e)
+            return
         except Exception as e:  # noqa: BLE001 - any boot failure must land in status, not kill the loop
             log.exception("boot failed")
-            self.error = f"boot failed: {e}"
-            if self.state is ServerState.BOOTING:  # not stopped meanwhile
-                self.sm.transition(ServerState.OFFLINE)
+            self._boot_failed(e)
             return
         if self.state is not ServerState.BOOTING:  # stopped while loading
             backend.close()
             return
         self.backend = backend
+        self._token_chars = token_chars
         self.episodes = EpisodeRegistry(cfg.episodes.idle_timeout_s, cfg.episodes.total_timeout_s)
         self.pool = pool
         self._uncheckpointed = []
@@ -142,6 +153,11 @@ class SwarmServer:
         if self._sweeper is None or self._sweeper.done():
             self._sweeper = self._spawn(self._sweep_forever())
         self._maybe_trigger()
+
+    def _boot_failed(self, e: Exception) -> None:
+        self.error = f"boot failed: {e}"
+        if self.state is ServerState.BOOTING:  # not stopped meanwhile
+            self.sm.transition(ServerState.OFFLINE)
 
     @staticmethod
     def _prepare_run_dir(cfg: SwarmConfig) -> SamplePool:
@@ -175,6 +191,7 @@ class SwarmServer:
         await self.stop()
         for t in list(self._tasks):
             t.cancel()
+        self._render_pool.shutdown(wait=False, cancel_futures=True)
 
     def _spawn(self, coro) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(coro)
@@ -445,37 +462,25 @@ class SwarmServer:
         messages: list[dict],
         tools: list[dict] | None,
         params: SamplingParams,
-        on_token: TokenCallback | None = None,
     ):
-        """Render, generate and record one call; returns (completions, parsed choices, prompt length)."""
-        backend = self._require_backend()
-        rendered = render_prompt(
-            backend.tokenizer, messages, tools, end_of_turn_ids=backend.inference.stop_token_ids
-        )
-        if self.config.episodes.exact_history:
-            rendered, reuse = reuse_sampled_ids(rendered, sampled_replies(ep.tracker.timelines))
-            self.history += reuse
-        limit = self.config.episodes.max_context_tokens
-        if len(rendered.token_ids) + params.max_new_tokens > limit:
-            raise BadRequest(
-                f"prompt ({len(rendered.token_ids)} tokens) + max_tokens ({params.max_new_tokens}) exceeds "
-                f"episodes.max_context_tokens={limit}; shorten the conversation or lower max_tokens"
-            )
-        ep.calls_in_flight += 1
-        self.episodes.touch(ep)
-        try:
-            completions = await backend.inference.generate(rendered.token_ids, params, on_token=on_token)
-        finally:
-            ep.calls_in_flight -= 1
-            self.episodes.touch(ep)
-        ep.tracker.record_call(rendered, completions)
-        if self.config.collaboration is not None:  # peers re-render this request with their own template
-            ep.prompt_messages = messages
-        parsed = [parse_tool_calls(c.text) if tools else (c.text, []) for c in completions]
-        return completions, parsed, len(rendered.token_ids)
+        """Render, generate and record one call; returns (completions, parsed choices, prompt length).
+
+        Cancelling the caller (its client went away) stops the generation at the engine's next step and
+        records nothing: an episode is trained only on replies that were delivered.
+        """
+        with self._call_in_flight(ep):
+            rendered, completions = await self._generate(ep, messages, tools, params)
+            self._record(ep, messages, rendered, completions)
+        return completions, self._parse(completions, tools), len(rendered.token_ids)
 
     async def chat_stream(self, ep: LiveEpisode, messages: list[dict], tools: list[dict] | None, params: SamplingParams):
-        """Like `chat`, but yields text deltas while tokens are sampled, then one final `done` event."""
+        """Like `chat`, but yields text deltas while tokens are sampled, then one final `done` event.
+
+        The call is recorded only when the consumer asks for more after `done`, i.e. once the final
+        chunks went out: a stream closed earlier (client disconnect) stops its generation and records
+        nothing, so no token the client never received is trained. Close this generator (aclosing) so
+        that happens at once rather than when it is garbage-collected.
+        """
         backend = self._require_backend()
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[tuple[int, int]] = asyncio.Queue()
@@ -483,31 +488,104 @@ class SwarmServer:
         def on_token(index: int, token_id: int) -> None:
             loop.call_soon_threadsafe(queue.put_nowait, (index, token_id))
 
-        task = asyncio.ensure_future(self.chat(ep, messages, tools, params, on_token=on_token))
-        ids: dict[int, list[int]] = {}
-        sent: dict[int, str] = {}
-        stops = set(backend.inference.stop_token_ids)
-        while not (task.done() and queue.empty()):
-            getter = asyncio.ensure_future(queue.get())
-            await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
-            if not getter.done():
-                getter.cancel()
-                continue
-            index, token_id = getter.result()
-            if token_id in stops:
-                continue
-            ids.setdefault(index, []).append(token_id)
-            text = backend.tokenizer.decode(ids[index], skip_special_tokens=True)
-            # Hold back a trailing replacement char: it is half of a multi-byte character.
-            if text.endswith("\ufffd"):
-                continue
-            safe = streamable(text, params.stop, bool(tools))
-            prev = sent.get(index, "")
-            if len(safe) > len(prev) and safe.startswith(prev):
-                sent[index] = safe
-                yield StreamEvent("delta", index, safe[len(prev) :])
-        completions, parsed, n_prompt = task.result()
-        yield StreamEvent("done", completions=completions, parsed=parsed, n_prompt=n_prompt, sent=sent)
+        with self._call_in_flight(ep):
+            task = asyncio.ensure_future(self._generate(ep, messages, tools, params, on_token=on_token))
+            try:
+                ids: dict[int, list[int]] = {}
+                sent: dict[int, str] = {}
+                stops = set(backend.inference.stop_token_ids)
+                while not (task.done() and queue.empty()):
+                    getter = asyncio.ensure_future(queue.get())
+                    try:
+                        await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
+                    finally:
+                        if not getter.done():
+                            getter.cancel()
+                    if not getter.done() or getter.cancelled():
+                        continue
+                    index, token_id = getter.result()
+                    if token_id in stops:
+                        continue
+                    ids.setdefault(index, []).append(token_id)
+                    text = backend.tokenizer.decode(ids[index], skip_special_tokens=True)
+                    # Hold back a trailing replacement char: it is half of a multi-byte character.
+                    if text.endswith("\ufffd"):
+                        continue
+                    safe = streamable(text, params.stop, bool(tools))
+                    prev = sent.get(index, "")
+                    if len(safe) > len(prev) and safe.startswith(prev):
+                        sent[index] = safe
+                        yield StreamEvent("delta", index, safe[len(prev) :])
+                rendered, completions = task.result()
+                parsed = self._parse(completions, tools)
+                yield StreamEvent("done", completions=completions, parsed=parsed, n_prompt=len(rendered.token_ids), sent=sent)
+                self._record(ep, messages, rendered, completions)
+            finally:
+                if not task.done():
+                    task.cancel()  # the engine drops the call's rows at its next step
+
+    @contextmanager
+    def _call_in_flight(self, ep: LiveEpisode):
+        """Count a call as in flight (an end waits for it; the idle deadline is held off) while it runs."""
+        ep.calls_in_flight += 1
+        self.episodes.touch(ep)
+        try:
+            yield
+        finally:
+            ep.calls_in_flight -= 1
+            self.episodes.touch(ep)
+
+    async def _generate(
+        self,
+        ep: LiveEpisode,
+        messages: list[dict],
+        tools: list[dict] | None,
+        params: SamplingParams,
+        on_token: TokenCallback | None = None,
+    ):
+        """Check the length, render (off the event loop) and generate one call; returns (rendered, completions).
+
+        An over-long conversation is refused twice: first from its character count alone, before any
+        template or tokenizer runs over it (a huge prompt would hold a core and gigabytes for minutes),
+        then exactly, from the rendered ids.
+        """
+        backend = self._require_backend()
+        limit = self.config.episodes.max_context_tokens
+        at_least = prompt_tokens_lower_bound(messages, self._token_chars)
+        if at_least + params.max_new_tokens > limit:
+            raise BadRequest(
+                f"prompt (at least {at_least} tokens by its length) + max_tokens ({params.max_new_tokens}) exceeds "
+                f"episodes.max_context_tokens={limit}; shorten the conversation or lower max_tokens"
+            )
+        sampled = sampled_replies(ep.tracker.timelines) if self.config.episodes.exact_history else None
+        render = functools.partial(self._render, backend, messages, tools, sampled)
+        rendered, reuse = await asyncio.get_running_loop().run_in_executor(self._render_pool, render)
+        if reuse is not None:
+            self.history += reuse
+        if len(rendered.token_ids) + params.max_new_tokens > limit:
+            raise BadRequest(
+                f"prompt ({len(rendered.token_ids)} tokens) + max_tokens ({params.max_new_tokens}) exceeds "
+                f"episodes.max_context_tokens={limit}; shorten the conversation or lower max_tokens"
+            )
+        completions = await backend.inference.generate(rendered.token_ids, params, on_token=on_token)
+        return rendered, completions
+
+    @staticmethod
+    def _render(backend: Backend, messages: list[dict], tools: list[dict] | None, sampled):
+        """The chat template and tokenizer over one request (blocking: runs on the render thread)."""
+        rendered = render_prompt(backend.tokenizer, messages, tools, end_of_turn_ids=backend.inference.stop_token_ids)
+        if sampled is None:
+            return rendered, None
+        return reuse_sampled_ids(rendered, sampled)
+
+    def _record(self, ep: LiveEpisode, messages: list[dict], rendered, completions) -> None:
+        ep.tracker.record_call(rendered, completions)
+        if self.config.collaboration is not None:  # peers re-render this request with their own template
+            ep.prompt_messages = messages
+
+    @staticmethod
+    def _parse(completions, tools: list[dict] | None) -> list:
+        return [parse_tool_calls(c.text) if tools else (c.text, []) for c in completions]
 
     def _require_backend(self) -> Backend:
         if self.backend is None or self.state in (ServerState.OFFLINE, ServerState.BOOTING):

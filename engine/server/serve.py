@@ -93,7 +93,10 @@ def serve(
 ) -> None:
     """Serve until interrupted. Non-loopback hosts must be asked for explicitly (`--host 0.0.0.0`)."""
     token_file = token_file or Path(config.run_dir or ".swarm") / "admin_token"
-    token = resolve_admin_token(admin_token or os.environ.get("SWARM_ADMIN_TOKEN"), token_file)
+    given = admin_token or os.environ.get("SWARM_ADMIN_TOKEN")
+    token = resolve_admin_token(given, token_file)
+    # Say where the token really is: a given one is never written to the file.
+    where = "--token" if admin_token else "$SWARM_ADMIN_TOKEN" if given else str(token_file)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if os.environ.get(PARENT_ENV):
         exit_with_parent(int(os.environ[PARENT_ENV]))
@@ -101,5 +104,5 @@ def serve(
     public = f"http://{host}:{port}" if host not in ("0.0.0.0", "::") else None
     app = create_app(server, token, public_url=public, autostart=autostart)
 
-    print(f"swarm server on http://{host}:{port}  admin token in {token_file}", file=sys.stderr, flush=True)
+    print(f"swarm server on http://{host}:{port}  admin token in {where}", file=sys.stderr, flush=True)
     uvicorn.Server(uvicorn_config(app, host, port, log_level)).run()

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 from engine.client import SwarmClient, run_episodes, run_groups
 from engine.client.exchange import exchange_samples
-from engine.errors import ConfigError, SwarmError
+from engine.errors import ConfigError, EvaluationIncomplete, SwarmError
 from engine.jobs import ServerProcess, TrainJob, console, evaluate
 from engine.tasks import get_task
 from engine.tasks.base import split_items
@@ -91,13 +91,16 @@ def _evaluate_team(clients: dict[str, SwarmClient], job: TrainJob, held_out, lab
             clients, held_out, _workflow(task, greedy), task_id=lambda it: "eval:" + it.id,
             concurrency=job.concurrency, is_eval=True,
         )
+        scored = sum(r is not None for r in res.rewards)
+        if scored < len(held_out):  # as engine.jobs.evaluate: a partial accuracy is not recorded
+            raise EvaluationIncomplete(f"the {label!r} evaluation scored {scored} of {len(held_out)} held-out items, so it was not recorded")
         accs = res.mean_by_role()
         for name, acc in accs.items():
-            log.write({"step": step, f"eval_accuracy/{name}": acc})
+            log.write({"step": step, f"eval_accuracy/{name}": acc, f"eval_items/{name}": scored})
     else:
         accs = _parallel(lambda n: evaluate(clients[n], job, held_out, f"{label} {n}", step, log, key=f"eval_accuracy/{n}"), list(clients))
     mean = sum(accs.values()) / len(accs)
-    log.write({"step": step, "eval_accuracy": mean})
+    log.write({"step": step, "eval_accuracy": mean, "eval_items": len(held_out)})
     console.print(f"[bold]{label}[/] held-out accuracy " + " ".join(f"{n} {a:.3f}" for n, a in accs.items()))
     return accs
 

@@ -84,3 +84,19 @@ def test_cli_errors(capsys, wsdir, tmp_path):
     assert code == 0 and "cancelled runs [1]" in out
     code, _, err = run(capsys, *w, "retry", "1", "--set", "training.lr=0.1")
     assert code == 1 and "cancelled -> pending" in err
+
+
+def test_reading_a_workspace_that_does_not_exist_creates_nothing(capsys, tmp_path):
+    missing = tmp_path / "typo"
+    for cmd in (("status",), ("runs",), ("hosts",)):
+        code, _, err = run(capsys, "--workspace", missing, *cmd)
+        assert code == 1 and "no workspace at" in err and "a3r init" in err
+    assert not missing.exists()
+
+
+def test_an_unwritable_workspace_is_one_message(capsys, tmp_path):
+    bp = tmp_path / "bp.yaml"
+    bp.write_text(make_bp("true").to_yaml())
+    for cmd in (("init",), ("submit", bp)):
+        code, _, err = run(capsys, "--workspace", "/sys/a3r-test-ws", *cmd)
+        assert code == 1 and err.startswith("a3r: error: /sys/a3r-test-ws") and "writable --workspace" in err

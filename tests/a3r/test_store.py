@@ -157,6 +157,16 @@ def test_metrics_ingest_is_idempotent_and_series_merge_attempts(store):
     assert [e.kind for e in store.events(run_id=r1.id, kinds=["metrics_corrupt"])] == ["metrics_corrupt"]
 
 
+def test_a_later_value_of_a_step_supersedes_the_earlier_one(store):
+    """A job writes a step's metric again only to supersede it: an evaluation a server crash cut short
+    (27 of 64 items) is re-measured after the restart, and the complete value must be the one kept."""
+    r1, _ = _runs(store)
+    a = store.dispatch(r1.id, host="h", slot="0", run_dir="/x", config_json="{}")
+    assert store.ingest_metrics(a.id, [(12, "eval_accuracy", 0.11)], expected_offset=0, new_offset=40)
+    assert store.ingest_metrics(a.id, [(12, "eval_accuracy", 0.42), (12, "eval_items", 64.0)], expected_offset=40, new_offset=90)
+    assert store.metric_series(r1.id, "eval_accuracy") == [(12, 0.42)]
+
+
 def test_cancel_and_explicit_retry(store):
     r1, r2 = _runs(store)
     a = store.dispatch(r1.id, host="h", slot="0", run_dir="/x", config_json="{}")

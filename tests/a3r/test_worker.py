@@ -171,3 +171,28 @@ def test_attempt_spec_roundtrip_and_validation(tmp_path):
         AttemptSpec.from_json(json.dumps({**json.loads(spec.to_json()), "surprise": 1}))
     with pytest.raises(ValueError, match="run_id"):
         AttemptSpec.from_json(json.dumps({**json.loads(spec.to_json()), "run_id": "1"}))
+
+
+def test_a_job_whose_training_history_fails_the_audit_fails_its_attempt(setup, tmp_path):
+    """A job that exits 0 but whose run dir logged a final evaluation twice, the first cut short (issue 26
+    defect 4's trace), is not a success: the attempt fails with the audit's reason and audit.json."""
+    store, prepare, start = setup
+    writer = tmp_path / "history.py"
+    writer.write_text(
+        "import json, os, pathlib, sys\n"
+        "d = pathlib.Path(os.environ['A3R_CHECKPOINT_DIR']); d.mkdir(parents=True, exist_ok=True)\n"
+        "(d / 'swarm_config.yaml').write_text('pool: {group_size: 2}\\n')\n"
+        "evals = [(0.1, 27), (0.3, 64)] if sys.argv[1:] == ['cut'] else [(0.3, 64)]\n"
+        "rows = [{'step': 1.0, 'pg_loss': 0.1}] + [{'step': 1, 'eval_accuracy': a, 'eval_items': n} for a, n in evals]\n"
+        "(d / 'metrics.jsonl').write_text(''.join(json.dumps(r) + '\\n' for r in rows))\n"
+    )
+    run, att = prepare(f"{sys.executable} {writer} cut")
+    assert start(run, att).wait(timeout=30) == 0
+    a = store.get_attempt(att.id)
+    assert (a.state, a.failure_kind, a.exit_code) == ("failed", "code_error", 0)
+    audit = json.loads((Path(att.attempt_dir) / "audit.json").read_text())
+    assert audit["ok"] is False and any("2 eval_accuracy rows for step 1" in v for v in audit["violations"])
+    run, att = prepare(f"{sys.executable} {writer}")  # the same job with one complete evaluation
+    assert start(run, att).wait(timeout=30) == 0
+    assert store.get_attempt(att.id).state == "succeeded"
+    assert json.loads((Path(att.attempt_dir) / "audit.json").read_text())["ok"] is True

@@ -102,3 +102,40 @@ def test_submit_runs_a_goal_only_with_the_goal_option(cwd, capsys):
     assert exc.value.code == 2 and "unrecognized arguments: bp.yaml" in capsys.readouterr().err
     code, err = _main(capsys, "submit", "--goal", "make the model better", "--campaign", "vague")
     assert code == 2 and err.startswith("a3r: error: cannot understand the goal")  # the leader read it
+
+
+def test_a_bad_set_is_refused_naming_the_key_before_anything_is_written(cwd, capsys):
+    code, err = _main(capsys, "research", GOAL, "--campaign", "b", "--set", "swarm.pool.group_size=abc")
+    assert code == 2 and "swarm.pool.group_size" in err and "fix or drop that option" in err
+    assert not (cwd / "campaigns").exists()  # no a3r.yaml, campaign row or leader.db to trip over later
+    code, err = _main(capsys, "research", GOAL, "--campaign", "b", "--set", "swarm.bogus=1")
+    assert code == 2 and "swarm.bogus" in err
+
+
+def test_the_same_goal_with_other_options_is_refused_not_answered_from_the_old_campaign(cwd, capsys):
+    hosts = cwd / "hosts.yaml"  # a host nobody answers on: runs stay pending, nothing trains
+    hosts.write_text("- {name: gone, kind: ssh, address: nobody@127.0.0.1, port: 1, workdir: /tmp/a3r-gone}\n")
+    start = ("research", GOAL, "--campaign", "o", "--hosts", str(hosts), "--reports-dir", str(cwd / "reports"))
+    try:
+        code, _ = _main(capsys, *start, "--timeout", "1", "--steps", "2")
+        assert code == 3  # parked, resumable
+        code, err = _main(capsys, "research", GOAL, "--campaign", "o", "--steps", "30", "--model", "tiny", "--timeout", "1")
+        assert code == 1 and "already exists with other options" in err
+        assert "budget.steps: 2 -> 30" in err and "base_job.swarm.model.name: 'smollm2-135m' -> 'tiny'" in err
+        assert "new --campaign name" in err
+        # The same options continue it (a leader killed mid-campaign is resumed this way).
+        code, err = _main(capsys, "research", GOAL, "--campaign", "o", "--steps", "2", "--timeout", "1")
+        assert code == 3, err
+    finally:
+        ws = Workspace(cwd / "campaigns" / "o")
+        ws.stop_monitor()
+        ws.shutdown()
+        ws.close()
+
+
+@pytest.mark.parametrize("name", ["../outside", "a/b", ".hidden"])
+def test_a_campaign_name_that_is_not_one_path_component_is_refused(cwd, capsys, name):
+    code, err = _main(capsys, "research", GOAL, "--campaign", name)
+    assert code == 2 and "is not allowed" in err and "--campaign" in err
+    assert _main(capsys, "resume", name)[0] == 2
+    assert list(cwd.iterdir()) == [] and not (cwd.parent / "outside").exists()

@@ -226,6 +226,12 @@ def test_bench_reads_committed_reports_and_says_how_to_produce_results(seeded, t
         ("/api/export/everything.zip?ws=.&id=1", 404, "runs.csv"),
         ("/api/swarm/0/status", 404, "no swarm server 0"),
         ("/report?ws=.&id=2", 404, "has no report"),
+        # ids past SQLite's integer range: a 400 naming the bound, never an OverflowError 500
+        *[(f"{route}?ws=.&id={2**63}", 400, "less than or equal to 9223372036854775807")
+          for route in ("/campaign", "/run", "/report", "/api/campaign", "/api/run", "/api/report", "/api/export/runs.csv")],
+        (f"/api/diff?ws=.&a=1&b={2**63}", 400, "less than or equal to 9223372036854775807"),
+        (f"/api/metrics?ws=.&name=reward&runs={2**63}", 400, "expected run ids"),
+        (f"/api/metrics?ws=.&name=reward&runs=1:{2**63}", 400, "expected run ids"),
     ],
 )
 def test_bad_input_gets_a_4xx_with_the_reason(client, url, status, words):
