@@ -120,6 +120,17 @@ class EpisodeConfig(_Frozen):
     )
 
 
+class InferenceConfig(_Frozen):
+    batch_invariant: bool = Field(
+        False,
+        description="Decode each request on its own instead of batching concurrent ones. Sampling follows "
+        "each episode's seeded stream either way; batched forward passes still round a row's logits "
+        "differently (~1e-6) with the rows beside it, which moves recorded logprobs and so the training "
+        "metrics. On: every number repeats bit for bit on the same machine and thread count, at the cost of "
+        "batching's throughput (docs/engine.md, reproducible runs). torch backend only.",
+    )
+
+
 class CollabMethod(str, Enum):
     """How the servers of a collaboration group share rollouts (specs/hacpo.md, baselines)."""
 
@@ -212,6 +223,7 @@ class SwarmConfig(_Frozen):
     pool: PoolConfig = PoolConfig()
     training: TrainingConfig = TrainingConfig()
     episodes: EpisodeConfig = EpisodeConfig()
+    inference: InferenceConfig = InferenceConfig()
     collaboration: CollaborationConfig | None = Field(
         None, description="Set when this server is one agent of a HACPO-style group (see CollaborationConfig)."
     )
@@ -234,6 +246,11 @@ class SwarmConfig(_Frozen):
             raise ConfigError(
                 f"training.strip_reasoning only changes text merging, but training.merge is {t.merge!r}; "
                 "set merge: text, or drop strip_reasoning."
+            )
+        if self.inference.batch_invariant and self.backend != "torch":
+            raise ConfigError(
+                f"inference.batch_invariant decodes each request alone in the torch backend; backend "
+                f"{self.backend!r} batches in its own engine. Set backend: torch, or batch_invariant: false."
             )
         if self.backend == "verl" and self.collaboration is not None:
             raise ConfigError(

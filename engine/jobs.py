@@ -38,7 +38,7 @@ from engine.tasks import get_task
 from engine.tasks.base import HELD_OUT_SEED, split_items
 from engine.teams.config import TeamConfig, TeamMethod
 from engine.training.checkpoint import checkpoints_dir
-from engine.training.metrics import MetricsLog
+from engine.training.metrics import MetricsLog, read_run_metrics
 
 console = Console(stderr=True)
 
@@ -296,6 +296,28 @@ def _finished_summary(run_dir: Path, max_steps: int) -> dict | None:
     return summary if isinstance(summary, dict) and summary.get("max_steps") == max_steps else None
 
 
+def _measure_before(
+    server: ServerProcess, clients, job: TrainJob, held_out: dict, st: dict, run_dir: Path, summary: dict,
+    log: MetricsLog,
+) -> None:
+    """Held-out accuracy of the untrained model, once per run dir.
+
+    A resumed job reuses the value an earlier process of it recorded. It measures only a server at step 0
+    that is ROLLING: one that replayed a complete batch from its journal is already training it (and
+    inference waits for the new weights), so what it would measure is no longer the untrained model.
+    """
+    recorded = [r["eval_accuracy"] for r in read_run_metrics(run_dir) if r.get("step") == 0 and "eval_accuracy" in r]
+    if recorded:
+        summary["accuracy_before"] = recorded[-1]
+    elif st["global_step"] == 0 and st["state"] == "ROLLING":
+        summary["accuracy_before"] = _evaluate_on(server, clients, job, held_out, "before", 0, log)
+    else:
+        console.print(
+            "[yellow]no accuracy before training: the run was interrupted before it was measured, and the "
+            "server has trained since; summary.json leaves accuracy_before out"
+        )
+
+
 def train_single(job: TrainJob, run_dir: Path) -> dict:
     """Run a single-server job to `swarm.training.max_steps` and return the summary (also written to run_dir).
 
@@ -378,13 +400,16 @@ def _drive(server: ServerProcess, job: TrainJob, cfg: SwarmConfig, run_dir: Path
         client.configure(cfg)
         st = client.start(wait=True)
         step = st["global_step"]
+        # Episodes the server already holds (replayed from its journal after a crash) train as they are:
+        # running them again would train a step's prompts twice and the next step's never.
+        held = held_episodes(st["pool"].get("held", {}))
         console.print(f"server ROLLING at step {step} ({cfg.model.name}, {cfg.algorithm.policy_loss})")
         # After a restart, evaluations past the resumed step belong to steps that are trained again.
         summary["evals"] = [e for e in summary["evals"] if e["step"] <= step]
-        if job.eval_size and step == 0 and "accuracy_before" not in summary:  # not again after a restart
-            summary["accuracy_before"] = _evaluate_on(server, clients, job, held_out, "before", 0, log)
+        if job.eval_size and "accuracy_before" not in summary:  # not again after a restart
+            _measure_before(server, clients, job, held_out, st, run_dir, summary, log)
         while step < max_steps:
-            rewards = _run_mixed_step(clients, job, data, per_batch, step, N, sampling)
+            rewards = _run_mixed_step(clients, job, data, per_batch, step, N, sampling, held)
             st = client.wait_for_step(step + 1, timeout=3600)
             step = st["global_step"]
             m = st.get("last_metrics") or {}
@@ -404,21 +429,42 @@ def _drive(server: ServerProcess, job: TrainJob, cfg: SwarmConfig, run_dir: Path
             c.close()
 
 
-def _run_mixed_step(clients, job: TrainJob, data, per_batch: dict[str, int], step: int, N: int, sampling) -> dict[str, float]:
-    """One step's episodes: each task's share of the batch (B tasks x N repeats), the tasks concurrently."""
+def held_episodes(held: dict[str, list[int | None]]) -> set[tuple[str, int]]:
+    """(task id, episode index) of the episodes a server reports it holds (pool info's `held`)."""
+    return {(task_id, i) for task_id, indices in held.items() for i in indices if i is not None}
+
+
+def step_episodes(task: str, items: list, step: int, N: int, mixed: bool) -> list[tuple[str, int, object]]:
+    """Every episode of one task's share of a step: (task id, index in its group, item), N per item.
+
+    A task is (step, position): a problem drawn twice in one step is two GRPO groups of N, not one group
+    of 2N that the pool would never see complete. The step in the id is what lets a resumed job tell the
+    episodes the server already holds from the ones still to run.
+    """
+    prefix = f"{task}:" if mixed else ""
+    return [(f"{prefix}s{step}:{k}:{it.id}", r, it) for k, it in enumerate(items) for r in range(N)]
+
+
+def _run_mixed_step(
+    clients, job: TrainJob, data, per_batch: dict[str, int], step: int, N: int, sampling,
+    held: set[tuple[str, int]] = frozenset(),
+) -> dict[str, float]:
+    """One step's episodes: each task's share of the batch (B tasks x N repeats), the tasks concurrently.
+
+    Episodes in `held` (already in the server's pool or in training) are not run again; a task whose
+    every episode is held reports its mean reward as NaN (the server's step metrics have it).
+    """
 
     def run_task(t: str) -> float:
         task, n = get_task(t), per_batch[t]
         batch = data[t][0][step * n : (step + 1) * n]
-        # A task is (step, position): a problem drawn twice in one step is two GRPO groups of N,
-        # not one group of 2N that the pool would never see complete.
-        episodes = [(k, it) for k, it in enumerate(batch) for _ in range(N)]
-        prefix = f"{t}:" if job.mix else ""
+        episodes = [e for e in step_episodes(t, batch, step, N, bool(job.mix)) if e[:2] not in held]
         res = run_episodes(
             clients[t],
             episodes,
-            lambda ep, pair: task.run(ep.openai(max_retries=0), ep.model, pair[1], sampling),
-            task_id=lambda pair: f"{prefix}s{step}:{pair[0]}:{pair[1].id}",
+            lambda ep, e: task.run(ep.openai(max_retries=0), ep.model, e[2], sampling),
+            task_id=lambda e: e[0],
+            index=lambda i: episodes[i][1],
             concurrency=max(1, job.concurrency // len(per_batch)),
             show_progress=True,
         )

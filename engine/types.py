@@ -101,9 +101,15 @@ class EpisodeResult:
     seq: int = 0  # arrival order in the pool, assigned by the pool
     # The last call's request messages; kept only where a collaboration group re-renders them for peers.
     prompt_messages: list[dict[str, Any]] | None = None
+    # The client's number for this episode among its episodes of the same task (0..N-1 in a GRPO group),
+    # when it gave one: it seeds the episode's sampling (engine.server.streams), orders the episodes of a
+    # batch the same way in every run, and tells a resumed job which episodes the server already holds.
+    index: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         extra = {} if self.prompt_messages is None else {"prompt_messages": self.prompt_messages}
+        if self.index is not None:
+            extra["index"] = self.index
         return {
             **extra,
             "seq": self.seq,
@@ -126,6 +132,7 @@ class EpisodeResult:
             dict(d.get("metadata") or {}),
             int(d.get("seq", 0)),
             d.get("prompt_messages"),
+            None if d.get("index") is None else int(d["index"]),
         )
 
 

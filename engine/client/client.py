@@ -152,10 +152,21 @@ class SwarmClient:
 
     # -- episodes ---------------------------------------------------------------------------------
     def begin_episode(
-        self, task_id: str, is_eval: bool = False, metadata: dict[str, Any] | None = None, wait: float = 600.0
+        self,
+        task_id: str,
+        is_eval: bool = False,
+        metadata: dict[str, Any] | None = None,
+        wait: float = 600.0,
+        index: int | None = None,
     ) -> Episode:
-        """Claim an episode; waits (honouring Retry-After) while the server is syncing weights."""
+        """Claim an episode; waits (honouring Retry-After) while the server is syncing weights.
+
+        `index` numbers this episode among this client's episodes of `task_id` (0..N-1 for a group): the
+        server then seeds its sampling from (run seed, task, index, call), the same in every run.
+        """
         body = {"task_id": task_id, "client_id": self.client_id, "is_eval": is_eval, "metadata": metadata or {}}
+        if index is not None:
+            body["index"] = index
         deadline = time.monotonic() + wait
         while True:
             try:
@@ -166,9 +177,11 @@ class SwarmClient:
                     raise
                 time.sleep(min(e.retry_after or 1.0, 1.0))
 
-    def episode(self, task_id: str, is_eval: bool = False, metadata: dict[str, Any] | None = None) -> Episode:
-        """Open an episode for use as a context manager."""
-        return self.begin_episode(task_id, is_eval, metadata)
+    def episode(
+        self, task_id: str, is_eval: bool = False, metadata: dict[str, Any] | None = None, index: int | None = None
+    ) -> Episode:
+        """Open an episode for use as a context manager (`index`: see `begin_episode`)."""
+        return self.begin_episode(task_id, is_eval, metadata, index=index)
 
     # -- episode groups (two-phase commit; see engine.client.group) --------------------------------
     def commit_group(self, group_id: str) -> dict[str, Any]:

@@ -81,6 +81,16 @@ def _run(n: int, attempt: _Attempt, concurrency: int, retries: int, label: str, 
     return result
 
 
+def ranks_within_task(task_ids: Sequence[str]) -> list[int]:
+    """Each position's rank among the earlier positions with the same task id: [a, b, a, a] -> [0, 0, 1, 2]."""
+    seen: dict[str, int] = {}
+    ranks = []
+    for t in task_ids:
+        ranks.append(seen.get(t, 0))
+        seen[t] = ranks[-1] + 1
+    return ranks
+
+
 def run_episodes(
     client: SwarmClient,
     items: Sequence[Any],
@@ -90,14 +100,21 @@ def run_episodes(
     retries: int = 2,
     is_eval: bool = False,
     show_progress: bool = True,
+    index: Callable[[int], int] | None = None,
 ) -> RunnerResult:
     """Run one episode per item with `concurrency` threads; a failed episode is aborted and retried.
 
     An item whose every attempt fails gets reward None and its error in `failures`; the run goes on.
+    Each episode is numbered among the items of its task (`index(i)` for item i, by default its rank
+    among the items with the same task id), so the server seeds its sampling the same way in every run
+    and every retry, whatever order the threads reach it in.
     """
+    task_ids = [task_id(it) for it in items]
+    if index is None:
+        index = ranks_within_task(task_ids).__getitem__
 
     def attempt(i: int):
-        with client.episode(task_id(items[i]), is_eval=is_eval) as ep:
+        with client.episode(task_ids[i], is_eval=is_eval, index=index(i)) as ep:
             reward = float(fn(ep, items[i]))
             return reward, None, int(ep.end(reward).accepted)
 

@@ -178,6 +178,14 @@ class SamplePool:
     def groups(self) -> dict[str, list[EpisodeResult]]:
         return self._groups
 
+    def held_indices(self) -> dict[str, list[int | None]]:
+        """Episode indices by task of every episode that will still train: pooled, or taken by a step
+        whose checkpoint is not written yet (a restart replays those). A resumed client skips them."""
+        held: dict[str, list[int | None]] = defaultdict(list)
+        for e in sorted([*(e for g in self._groups.values() for e in g), *self._taken.values()], key=lambda e: e.seq):
+            held[e.task_id].append(e.index)
+        return dict(held)
+
     def episodes_by_client(self) -> dict[str, int]:
         counts: dict[str, int] = defaultdict(int)
         for g in self._groups.values():

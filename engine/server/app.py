@@ -175,7 +175,7 @@ def create_app(server: SwarmServer, admin_token: str, public_url: str | None = N
     # -- episodes ---------------------------------------------------------------------------------
     @app.post("/swarm/episodes", response_model=BeginEpisodeResponse, dependencies=[Depends(require_admin)])
     async def begin_episode(req: BeginEpisodeRequest, request: Request):
-        ep = server.begin_episode(req.task_id, req.client_id, req.is_eval, req.metadata)
+        ep = server.begin_episode(req.task_id, req.client_id, req.is_eval, req.metadata, req.index)
         base = (public_url or str(request.base_url)).rstrip("/")
         return BeginEpisodeResponse(episode_id=ep.episode_id, base_url=f"{base}/v1", api_key=ep.api_key, model=server.config.model.name)
 

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from engine.pool.pool import SamplePool
 from engine.server.episodes import EndOutcome, EpisodeEnd, EpisodeRegistry, LiveEpisode
 from engine.server.limits import max_token_chars, prompt_tokens_lower_bound
 from engine.server.state import ServerState, StateMachine
+from engine.server.streams import call_seed
 from engine.tracking.chat import TOOL_CALL_OPEN, parse_tool_calls, render_prompt
 from engine.tracking.history import HistoryReuse, reuse_sampled_ids, sampled_replies
 from engine.training.exchange import (
@@ -77,6 +78,11 @@ def streamable(text: str, stops: tuple[str, ...], tools: bool) -> str:
     if tools:
         safe = _before_possible_stop(safe, (TOOL_CALL_OPEN,)).rstrip()
     return safe
+
+
+def training_order(e: EpisodeResult) -> tuple[str, int, int]:
+    """Sort key of a batch: by task, then the client's episode index (arrival for episodes without one)."""
+    return e.task_id, -1 if e.index is None else e.index, e.seq
 
 
 # A client not heard from for this long no longer counts as active for the agree policies.
@@ -200,7 +206,9 @@ class SwarmServer:
         return task
 
     # -- episodes ---------------------------------------------------------------------------------
-    def begin_episode(self, task_id: str, client_id: str, is_eval: bool, metadata: dict[str, Any]) -> LiveEpisode:
+    def begin_episode(
+        self, task_id: str, client_id: str, is_eval: bool, metadata: dict[str, Any], index: int | None = None
+    ) -> LiveEpisode:
         self.heartbeat(client_id)
         state = self.state
         if is_eval:
@@ -210,7 +218,7 @@ class SwarmServer:
             raise EpisodeRejected(f"server is {state.value}; new training episodes wait for ROLLING", 1.0)
         elif not is_eval and self._throttled(client_id):
             raise EpisodeRejected(f"client {client_id!r} reached its share of the batch (pool.client_share)", 1.0)
-        return self.episodes.begin(task_id, client_id, is_eval, metadata)
+        return self.episodes.begin(task_id, client_id, is_eval, metadata, index)
 
     def _throttled(self, client_id: str) -> bool:
         share = self.config.pool.client_share.get(client_id)
@@ -365,6 +373,7 @@ class SwarmServer:
             timelines=ep.tracker.timelines,
             metadata={**ep.metadata, **metadata},
             prompt_messages=ep.prompt_messages,
+            index=ep.index,
         )
 
     # -- collaboration groups: tokenizer-neutral sample exchange (engine.training.exchange) ------------
@@ -524,6 +533,16 @@ class SwarmServer:
                 if not task.done():
                     task.cancel()  # the engine drops the call's rows at its next step
 
+    def _episode_stream(self, ep: LiveEpisode, params: SamplingParams) -> SamplingParams:
+        """The call's sampling seed from the episode's own stream (engine.server.streams), counting the call.
+
+        A request's own seed wins; an episode without an index keeps the engine's generator."""
+        call = ep.calls_started
+        ep.calls_started += 1
+        if params.seed is not None or ep.index is None:
+            return params
+        return replace(params, seed=call_seed(self.config.model.seed, ep.task_id, ep.index, call))
+
     @contextmanager
     def _call_in_flight(self, ep: LiveEpisode):
         """Count a call as in flight (an end waits for it; the idle deadline is held off) while it runs."""
@@ -550,6 +569,7 @@ class SwarmServer:
         then exactly, from the rendered ids.
         """
         backend = self._require_backend()
+        params = self._episode_stream(ep, params)  # before any await: calls are numbered as they begin
         limit = self.config.episodes.max_context_tokens
         at_least = prompt_tokens_lower_bound(messages, self._token_chars)
         if at_least + params.max_new_tokens > limit:
@@ -619,6 +639,9 @@ class SwarmServer:
         self.sm.transition(ServerState.WEIGHT_SYNCING)
         backend = self.backend
         self.pool.take(batch)
+        # The same episodes in the same order in every run, whatever order they arrived in: the order
+        # decides the trainer's mini-batches and float sums, so metrics are then reproducible bit for bit.
+        batch = sorted(batch, key=training_order)
         await backend.inference.pause()
         try:
             t0 = time.perf_counter()
@@ -665,6 +688,7 @@ class SwarmServer:
             "group_size": pc.group_size,
             "discarded_degenerate": self.pool.discarded,
             "by_client": self.pool.episodes_by_client(),
+            "held": self.pool.held_indices(),
         }
 
     def status(self) -> dict[str, Any]:

@@ -40,6 +40,8 @@ class LiveEpisode:
     tracker: ContextTracker = field(default_factory=ContextTracker)
     calls_in_flight: int = 0
     prompt_messages: list[dict[str, Any]] | None = None  # last call's request, kept for collaboration groups
+    index: int | None = None  # the client's number for it among its episodes of this task (seeds its calls)
+    calls_started: int = 0  # calls begun so far: the next call's index in its sampling stream
 
 
 @dataclass(frozen=True)
@@ -79,7 +81,9 @@ class EpisodeRegistry:
         self._remember = remember_finished
         self.counts: dict[str, int] = {e.value: 0 for e in EpisodeEnd}
 
-    def begin(self, task_id: str, client_id: str, is_eval: bool, metadata: dict[str, Any]) -> LiveEpisode:
+    def begin(
+        self, task_id: str, client_id: str, is_eval: bool, metadata: dict[str, Any], index: int | None = None
+    ) -> LiveEpisode:
         now = time.monotonic()
         ep = LiveEpisode(
             episode_id="ep-" + secrets.token_hex(8),
@@ -90,6 +94,7 @@ class EpisodeRegistry:
             started_at=now,
             last_active=now,
             metadata=metadata,
+            index=index,
         )
         self._by_key[ep.api_key] = ep
         return ep

@@ -36,6 +36,14 @@ class BeginEpisodeRequest(BaseModel):
     client_id: str = Field("default", min_length=1, max_length=128)
     is_eval: bool = Field(False, description="Eval episodes are served and tracked but never enter training.")
     metadata: dict[str, Any] = Field(default_factory=dict)
+    index: int | None = Field(
+        None,
+        ge=0,
+        le=2**31 - 1,
+        description="This episode's number among the client's episodes of the same task (0..N-1 for a GRPO "
+        "group). With the run seed and the task id it seeds the episode's sampling, so the same episode samples "
+        "the same replies in every run whatever the arrival order; without it sampling is seeded per call.",
+    )
 
 
 class BeginEpisodeResponse(BaseModel):

@@ -19,7 +19,7 @@ from engine.training.metrics import MetricsLog
 from engine.types import EpisodeResult
 
 from .hacpo_trainer import HacpoTrainer
-from .inference import TorchInferenceEngine
+from .inference import DEFAULT_MAX_BATCH_ROWS, TorchInferenceEngine
 from .trainer import TorchTrainer
 
 log = logging.getLogger("swarm.backend.torch")
@@ -77,7 +77,11 @@ class TorchBackend:
     def _make_inference(self, loaded, ckpt: Path | None):
         """The inference engine; here batched generation over the very module the trainer updates."""
         # self.model (possibly LoRA-wrapped), not loaded.model: inference must see the adapter.
-        return TorchInferenceEngine(self.model, loaded.tokenizer, stop_token_ids=list(loaded.end_of_turn_ids))
+        # One request at a time: a row's logits then never depend on the rows beside it (batch_invariant).
+        rows = 1 if self.cfg.inference.batch_invariant else DEFAULT_MAX_BATCH_ROWS
+        return TorchInferenceEngine(
+            self.model, loaded.tokenizer, stop_token_ids=list(loaded.end_of_turn_ids), max_batch_rows=rows
+        )
 
     def _after_step(self, metrics: dict[str, float]) -> None:
         """Runs after each optimizer step, before the metrics are written (in-place weights: nothing to do)."""

@@ -45,6 +45,8 @@ from engine.models.tokens import end_of_turn_ids, ensure_pad_token
 
 log = logging.getLogger(__name__)
 
+DEFAULT_MAX_BATCH_ROWS = 64
+
 
 class TorchInferenceEngine:
     """Batched generation for many concurrent episodes over one (shared, trainable) model.
@@ -63,7 +65,7 @@ class TorchInferenceEngine:
         tokenizer: Any,
         *,
         stop_token_ids: list[int] | None = None,
-        max_batch_rows: int = 64,
+        max_batch_rows: int = DEFAULT_MAX_BATCH_ROWS,
         max_prefill_tokens: int = 8192,
         seed: int = 0,
         num_threads: int | None = None,
