@@ -178,6 +178,12 @@ class SamplePool:
     def groups(self) -> dict[str, list[EpisodeResult]]:
         return self._groups
 
+    def holds(self, task_id: str, index: int) -> bool:
+        """Whether episode `index` of `task_id` is held (pooled, or in a step not checkpointed yet)."""
+        return any(e.index == index for e in self._groups.get(task_id, ())) or any(
+            e.task_id == task_id and e.index == index for e in self._taken.values()
+        )
+
     def held_indices(self) -> dict[str, list[int | None]]:
         """Episode indices by task of every episode that will still train: pooled, or taken by a step
         whose checkpoint is not written yet (a restart replays those). A resumed client skips them."""

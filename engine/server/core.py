@@ -265,6 +265,13 @@ class SwarmServer:
             return False, "eval episode: never trained on"
         if not ep.tracker.timelines:
             return False, "episode made no LLM call: nothing to train on"
+        if ep.index is not None and self.pool.holds(ep.task_id, ep.index):
+            # A client that reran an episode the pool already holds (a resumed job that did not ask):
+            # training both would weigh that sample twice.
+            return False, (
+                f"episode {ep.index} of task {ep.task_id!r} is already in the pool; an index names one episode "
+                "of its task, so a rerun is not trained again"
+            )
         result = self._result(ep, reward, metadata)
         written = self.pool.add(result)
         try:

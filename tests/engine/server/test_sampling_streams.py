@@ -78,3 +78,27 @@ def test_batch_invariant_decoding_is_refused_outside_the_torch_backend():
     assert SwarmConfig.model_validate({"inference": {"batch_invariant": True}}).inference.batch_invariant
     with pytest.raises(ValidationError, match="batch_invariant"):
         SwarmConfig.model_validate({"backend": "vllm", "inference": {"batch_invariant": True}})
+
+
+def _reply(client, task: str, index: int) -> tuple[str, bool]:
+    """One sampled call (temperature 1) of episode `index` of `task`: (reply, accepted at end)."""
+    with client.episode(task, index=index) as ep:
+        out = ep.openai(max_retries=0).chat.completions.create(
+            model=ep.model, messages=[{"role": "user", "content": "count"}], max_tokens=8, temperature=1.0
+        )
+        return out.choices[0].message.content, ep.end(0.0).accepted
+
+
+def test_an_episode_samples_the_same_reply_whatever_order_episodes_arrive_in(live_server):
+    """Real server, tiny model: a reply depends on (run seed, task, index), not on when the episode came."""
+    cfg = SwarmConfig(pool={"batch_size": 50, "group_size": 4}, model={"seed": 5})
+    a, b = live_server(cfg), live_server(cfg)
+    with a.client() as ca, b.client() as cb:
+        forward = {i: _reply(ca, "t", i)[0] for i in range(3)}
+        backward = {i: _reply(cb, "t", i)[0] for i in (2, 1, 0)}
+        assert forward == backward
+        assert len(set(forward.values())) == 3  # each index its own stream
+        # The pool holds episode 0 of "t" already: the same episode run again is not trained twice.
+        reply, accepted = _reply(ca, "t", 0)
+        assert reply == forward[0] and not accepted
+        assert ca.status()["pool"]["held"] == {"t": [0, 1, 2]}
