@@ -13,7 +13,8 @@ import hashlib
 from pathlib import Path
 
 from vibe.config import VibeJob
-from vibe.dataset import check_tasks, read_jsonl
+from vibe.dataset_checks import check_tasks
+from vibe.jsonl import read_jsonl
 from vibe.exceptions import LayoutError
 from vibe.flags import Flag, Report, Severity, Stage
 from vibe.layout import CONFIG_FILE, DATA_FILES, ClientDir
@@ -73,7 +74,7 @@ def _run(cd: ClientDir, report: Report, dry_run: bool) -> None:
     static_check(cd.root, report)
     if report.errors:
         return
-    res = run_sandboxed("vibe._probe", [str(cd.root), "--limits", job.probe_limits().model_dump_json()], cwd=cd.root, result_file=cd.state_dir / "probe.json",
+    res = run_sandboxed("vibe.children.import_and_probe", [str(cd.root), "--limits", job.probe_limits().model_dump_json()], cwd=cd.root, result_file=cd.state_dir / "probe.json",
                         timeout_s=job.check.timeout_s, memory_mb=job.check.memory_mb)
     if res.result is None:
         why = f"timed out after {job.check.timeout_s}s" if res.timed_out else f"exited with code {res.returncode}"

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from engine.config import SwarmConfig
 from vibe.exceptions import LayoutError
-from vibe.probes import ProbeLimits
+from vibe.reward_probes import ProbeLimits
 
 
 class CheckConfig(BaseModel):

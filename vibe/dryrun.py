@@ -3,7 +3,7 @@ the tiny model, then the one training step those episodes trigger, checked to ch
 small entropy bonus, so the check holds even when random weights earn every episode the same reward).
 
 The server is a real `swarm serve` subprocess on loopback (engine.jobs.ServerProcess); the client code
-runs in a sandboxed subprocess (vibe._episodes). The check always uses `tiny` with full weights, whatever
+runs in a sandboxed subprocess (vibe.children.play_episodes). The check always uses `tiny` with full weights, whatever
 vibe.yaml trains, so it is fast and its weights can be compared with the initial ones.
 """
 
@@ -20,7 +20,7 @@ from engine.config import SwarmConfig
 from engine.errors import SwarmError
 from engine.jobs import ServerProcess
 from vibe.config import VibeJob
-from vibe.episode import split_roles
+from vibe.play import split_roles
 from vibe.flags import Report, Severity, Stage
 from vibe.layout import ClientDir
 from vibe.private import write_private
@@ -99,7 +99,7 @@ def dry_run(cd: ClientDir, job: VibeJob, report: Report) -> None:
             args = [str(cd.root)]
             for i, (_, run_dir) in enumerate(admins):
                 args += [f"--url-{i + 1}", servers[i].url, f"--token-file-{i + 1}", str(run_dir / "admin_token")]
-            res = run_sandboxed("vibe._episodes", args, cwd=cd.root, result_file=root_dir / "episodes.json",
+            res = run_sandboxed("vibe.children.play_episodes", args, cwd=cd.root, result_file=root_dir / "episodes.json",
                                 timeout_s=job.check.timeout_s, memory_mb=job.check.memory_mb)
             if not _episode_flags(res, job, report):
                 return

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 from vibe.config import VibeJob
-from vibe.data import write_data
+from vibe.data_writer import write_data
 from vibe.exceptions import LayoutError, NoEndpointError
 from vibe.layout import CONFIG_FILE, ClientDir
 from vibe.templates import Family, copy_template, describe, match_family

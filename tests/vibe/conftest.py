@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from vibe.data import write_data
+from vibe.data_writer import write_data
 from vibe.layout import ClientDir
 from vibe.templates import Family, copy_template
 

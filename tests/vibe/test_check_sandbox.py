@@ -114,7 +114,7 @@ def test_new_without_a_matching_template_says_an_endpoint_is_needed(tmp_path, ca
 @pytest.mark.slow
 def test_the_spy_template_checks_adversarially_with_a_step_on_each_server(tmp_path, spy_client):
     """Roles as episodes (one group per role) and a second server for the spies: the shared mode differs
-    only in putting both roles on server 1 (vibe.episode.split_roles, unit-tested)."""
+    only in putting both roles on server 1 (vibe.play.split_roles, unit-tested)."""
     root = spy_client(tmp_path / "spy", adversarial=True)
     r = check(root)
     assert r.passed, r.render()

@@ -7,10 +7,10 @@ import math
 import pytest
 
 from vibe.config import VibeJob
-from vibe.dataset import check_tasks
+from vibe.dataset_checks import check_tasks
 from vibe.exceptions import LayoutError
 from vibe.flags import Report, Severity
-from vibe.probes import probe_rewards
+from vibe.reward_probes import probe_rewards
 from vibe.stats import component_stats, group_spreads, mean_std
 from vibe.templates import Family, match_family
 
@@ -93,7 +93,7 @@ def test_a_reward_that_misses_the_gold_or_leaves_the_range_is_flagged():
 
 
 def test_roles_are_split_between_servers_or_the_mistake_named():
-    from vibe.episode import split_roles
+    from vibe.play import split_roles
 
     assert split_roles(["civilian", "spy"], []) == [["civilian", "spy"]]
     assert split_roles(["civilian", "spy", "judge"], ["spy"]) == [["civilian", "judge"], ["spy"]]

@@ -14,7 +14,7 @@ from vibe.cli import main
 from vibe.config import VibeJob
 from vibe.layout import ClientDir
 from vibe.progress import flat_streak, read_rewards, read_status, replayed_rows
-from vibe.train import run_dir, session_name
+from vibe.train_session import run_dir, session_name
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
 
@@ -66,11 +66,11 @@ def test_a_restarted_run_logs_the_step_its_server_trained_from_the_journal_and_p
     gives step 1 a replayed row with the server's figures, and its own plays make step 2 (not step 1)."""
     from engine.jobs import ServerProcess
     from engine.training.metrics import read_run_metrics
-    from vibe.dataset import read_jsonl
-    from vibe.episode import play_task
+    from vibe.jsonl import read_jsonl
+    from vibe.play import play_task
     from vibe.layout import CLIENT_FILE, TRAIN_FILE
     from vibe.loader import contract_function, load_module
-    from vibe.trainer import _server_config, train
+    from vibe.training_loop import _server_config, train
 
     job = _tiny(qa_client, batch=2, group=2)
     rdir = tmp_path / "run"
@@ -160,7 +160,7 @@ def test_offline_new_check_and_train_in_tmux_with_rewards_per_step_and_a_live_fl
 
 
 def test_a_training_run_whose_server_cannot_boot_says_why(qa_client, tmp_path, capsys):
-    from vibe.trainer import train
+    from vibe.training_loop import train
 
     text = (qa_client / "vibe.yaml").read_text()
     (qa_client / "vibe.yaml").write_text(text.replace("name: smollm2-135m", "name: no-such-model-dir"))
@@ -180,7 +180,7 @@ def test_a_training_run_whose_server_cannot_boot_says_why(qa_client, tmp_path, c
 def test_adversarial_training_runs_each_side_on_its_own_server(tmp_path, spy_client, capsys):
     """The trainer with second_server_roles: two servers, spies' episodes on the second, a step on both,
     both starting from the supervised warm start on the game's gold descriptions."""
-    from vibe.trainer import train
+    from vibe.training_loop import train
 
     root = spy_client(tmp_path / "spy", adversarial=True)
     _tiny(root, batch=1, group=2)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from engine.client import SwarmClient
 from vibe.config import VibeJob
-from vibe.dataset import read_jsonl
-from vibe.episode import play_task
+from vibe.jsonl import read_jsonl
+from vibe.play import play_task
 from vibe.layout import CLIENT_FILE, CONFIG_FILE, TRAIN_FILE
 from vibe.loader import client_roles, contract_function, load_module
 

@@ -34,8 +34,8 @@ from engine.server.state import ServerState
 from engine.training.metrics import read_run_metrics
 from engine.training.supervised import supervise
 from vibe.config import VibeJob
-from vibe.dataset import read_jsonl
-from vibe.episode import play_task, split_roles
+from vibe.jsonl import read_jsonl
+from vibe.play import play_task, split_roles
 from vibe.exceptions import VibeError
 from vibe.layout import CLIENT_FILE, CONFIG_FILE, TRAIN_FILE
 from vibe.loader import client_roles, contract_function, load_module

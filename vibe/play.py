@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from engine.client import EpisodeGroup, SwarmClient
-from vibe.probes import total
+from vibe.reward_probes import total
 
 __all__ = ["play_task", "split_roles"]
 

@@ -6,28 +6,13 @@ and no training step ever fired; these checks exist so that is caught before a r
 
 from __future__ import annotations
 
-import json
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 from vibe.flags import Report, Severity, Stage
 from vibe.layout import TASK_FIELDS
 
-__all__ = ["check_tasks", "read_jsonl"]
-
-
-def read_jsonl(path: Path) -> tuple[list[Any], list[str]]:
-    """(records, problems): every parsable line, and one message per line that is not JSON."""
-    records, problems = [], []
-    for n, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            records.append(json.loads(line))
-        except ValueError as e:
-            problems.append(f"{path.name} line {n}: not JSON ({e})")
-    return records, problems
+__all__ = ["check_tasks"]
 
 
 def _schema(name: str, tasks: list[Any], report: Report) -> None:
