@@ -34,11 +34,11 @@ from engine.server.state import ServerState
 from engine.training.metrics import read_run_metrics
 from engine.training.supervised import supervise
 from vibe.config import VibeJob
-from vibe.jsonl import read_jsonl
-from vibe.play import play_task, split_roles
 from vibe.exceptions import VibeError
+from vibe.jsonl import read_jsonl
 from vibe.layout import CLIENT_FILE, CONFIG_FILE, TRAIN_FILE
 from vibe.loader import client_roles, contract_function, load_module
+from vibe.play import play_task, split_roles
 from vibe.private import write_private
 from vibe.progress import FLAT_FLAG, flat_streak, read_rewards, replayed_rows
 from vibe.sandbox import tail

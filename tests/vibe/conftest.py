@@ -8,12 +8,27 @@ import pytest
 
 from vibe.data_writer import write_data
 from vibe.layout import ClientDir
+from vibe.sandbox import sandbox_unavailable
 from vibe.templates import Family, copy_template
+
+
+def require_sandbox() -> None:
+    """Skip, saying why, where client code cannot run: vibe runs it only in its bwrap sandbox."""
+    why = sandbox_unavailable()
+    if why:
+        pytest.skip(f"needs the vibe sandbox: {why}")
+
+
+@pytest.fixture
+def sandboxed():
+    """For tests that run client code without the fixtures below."""
+    require_sandbox()
 
 
 @pytest.fixture
 def qa_client(tmp_path):
     """A fresh copy of the qa template with its data written; tests edit its files to break it."""
+    require_sandbox()
     root = tmp_path / "client"
     copy_template(Family.QA, root)
     write_data(ClientDir.open(root))
@@ -26,6 +41,7 @@ def spy_client():
     (3 players, 1 round: 6 short calls), the spies on a second server when `adversarial`."""
 
     def make(root, adversarial: bool):
+        require_sandbox()
         copy_template(Family.GAME, root)
         write_data(ClientDir.open(root))
         text = (root / "vibe.yaml").read_text().replace("max_tokens: 24", "max_tokens: 6")

@@ -74,19 +74,7 @@ def test_an_import_that_allocates_without_bound_hits_the_memory_limit(qa_client)
 
 
 @pytest.mark.slow
-def test_a_client_that_raises_in_its_episodes_fails_the_dry_run(qa_client):
-    (qa_client / "client.py").write_text(
-        "def run(llm, model, task, sampling):\n"
-        "    out = llm.chat.completions.create(model=model, messages=[{'role': 'user', 'content': task['prompt']}], **sampling)\n"
-        "    return {'correct': float(out.choices[0].message.content.split()[99])}\n"
-    )
-    r = check(qa_client)
-    assert r.codes(Severity.ERROR) == {"episode_failed"}
-    assert "IndexError" in r.errors[0].message and "client.py" in r.errors[0].detail["traceback"]
-
-
-@pytest.mark.slow
-def test_the_shipped_spy_prompt_writes_the_game_template_offline_and_it_checks(tmp_path, capsys, monkeypatch):
+def test_the_shipped_spy_prompt_writes_the_game_template_offline_and_it_checks(sandboxed, tmp_path, capsys, monkeypatch):
     """What the README tells a new user to run without an LLM endpoint: the spy prompt file picks the game
     template, and `vibe new` checks it (the dry run, the probes and a training step) right away."""
     monkeypatch.delenv("A3R_LLM_BASE_URL", raising=False)
@@ -126,3 +114,26 @@ def test_the_spy_template_checks_adversarially_with_a_step_on_each_server(tmp_pa
     assert r.stats["train_step"]["episodes"] == 2.0
     # the sides' rewards are complementary in every game: mean win of both groups is 0.25 (0.5 / 2)
     assert r.stats["components"]["win"]["mean"] == pytest.approx(0.25)
+
+
+def test_without_a_sandbox_the_check_refuses_and_says_how_to_get_one(tmp_path, monkeypatch):
+    import runpy
+
+    import vibe.sandbox
+    from vibe.templates import Family, copy_template
+
+    qa_client = tmp_path / "client"  # written without the sandbox: this test runs where there is none
+    copy_template(Family.QA, qa_client)
+    data = runpy.run_path(str(qa_client / "make_data.py"))["generate"](0)  # the bundled template's own code
+    (qa_client / "data").mkdir()
+    for split in ("train", "test"):
+        (qa_client / "data" / f"{split}.jsonl").write_text("".join(json.dumps(t) + "\n" for t in data[split]))
+    monkeypatch.setattr(vibe.sandbox.shutil, "which", lambda name: None)
+    vibe.sandbox.sandbox_unavailable.cache_clear()
+    try:
+        r = check(qa_client)
+    finally:
+        vibe.sandbox.sandbox_unavailable.cache_clear()
+    assert r.codes(Severity.ERROR) == {"sandbox_unavailable"} and not r.passed
+    assert "apt-get install bubblewrap" in r.errors[0].message and "not checked" in r.errors[0].message
+    assert "static" in r.stages_run and "dry_run" not in r.stages_run

@@ -117,7 +117,7 @@ def test_train_refuses_a_client_whose_check_fails(qa_client, tmux_socket, capsys
 
 
 @pytest.mark.slow
-def test_offline_new_check_and_train_in_tmux_with_rewards_per_step_and_a_live_flat_flag(tmp_path, tmux_socket, capsys):
+def test_offline_new_check_and_train_in_tmux_with_rewards_per_step_and_a_live_flat_flag(sandboxed, tmp_path, tmux_socket, capsys):
     """The offline path end to end: `vibe new` picks the QA template, `vibe train` checks it (dry run and a
     training step that changes the weights) and trains it in tmux on the tiny model."""
     qa_client = tmp_path / "arith"

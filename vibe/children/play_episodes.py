@@ -8,13 +8,15 @@ import json
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from engine.client import SwarmClient
 from vibe.config import VibeJob
 from vibe.jsonl import read_jsonl
-from vibe.play import play_task
 from vibe.layout import CLIENT_FILE, CONFIG_FILE, TRAIN_FILE
 from vibe.loader import client_roles, contract_function, load_module
+from vibe.netbridge import TcpToUnix
+from vibe.play import play_task
 
 
 def main() -> None:
@@ -24,9 +26,14 @@ def main() -> None:
     p.add_argument("--token-file-1", required=True)
     p.add_argument("--url-2", help="the second server (second_server_roles), when there is one")
     p.add_argument("--token-file-2")
+    p.add_argument("--bridge-1", help="unix socket that carries server 1's port into this network namespace")
+    p.add_argument("--bridge-2")
     p.add_argument("--result", required=True)
     args = p.parse_args()
     root = Path(args.root)
+    for url, sock in ((args.url_1, args.bridge_1), (args.url_2, args.bridge_2)):
+        if url and sock:  # the server's URL works unchanged: its port here leads to the socket
+            TcpToUnix(urlsplit(url).port, Path(sock))
     job = VibeJob.load(root / CONFIG_FILE)
     module = load_module(root, CLIENT_FILE)
     run, roles = contract_function(module, CLIENT_FILE), client_roles(module)
