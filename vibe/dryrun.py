@@ -108,6 +108,8 @@ def dry_run(cd: ClientDir, job: VibeJob, report: Report) -> None:
                 stack.enter_context(UnixToTcp(sock, urlsplit(servers[i].url).port))
                 args += [f"--url-{i + 1}", servers[i].url, f"--token-file-{i + 1}", str(run_dir / "admin_token"),
                          f"--bridge-{i + 1}", str(sock)]
+            # a hung play is named before the sandbox's own limit ends the whole process
+            args += ["--episode-timeout", str(min(job.episode_timeout_s, 0.75 * job.check.timeout_s))]
             limits = SandboxLimits(job.check.timeout_s, job.check.memory_mb)
             res = run_sandboxed("vibe.children.play_episodes", args, root=cd.root, name="episodes", limits=limits,
                                 readable=[bridges])
@@ -159,6 +161,12 @@ def _episode_flags(res, job: VibeJob, report: Report, limits: SandboxLimits) -> 
                    f"the client process exited with code {res.returncode} before reporting ({limits_note(limits)}); log tail:\n{res.log_tail}")
         return False
     episodes = res.result["episodes"]
+    hung = [e for e in episodes if e.get("timed_out")]
+    if hung:
+        report.add(Stage.DRY_RUN, "episode_timeout", Severity.ERROR,
+                   f"{len(hung)} of {len(episodes)} plays did not end in time; first: task {hung[0]['task_id']!r}: "
+                   f"{hung[0]['error']}; log tail:\n{res.log_tail or '(empty)'}")
+        return False
     failed = [e for e in episodes if "error" in e]
     if failed:
         first = failed[0]
