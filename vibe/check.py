@@ -13,8 +13,9 @@ import hashlib
 from pathlib import Path
 
 from vibe.config import VibeJob
+from vibe.data_writer import stale_data
 from vibe.dataset_checks import check_tasks
-from vibe.exceptions import LayoutError
+from vibe.exceptions import LayoutError, VibeError
 from vibe.flags import Flag, Report, Severity, Stage
 from vibe.jsonl import read_jsonl
 from vibe.layout import CONFIG_FILE, DATA_FILES, ClientDir
@@ -89,7 +90,17 @@ def _run(cd: ClientDir, report: Report, dry_run: bool) -> None:
         return
     report.flags += [Flag.model_validate(f) for f in res.result["flags"]]
     report.stats |= res.result["stats"]
-    if report.errors or not dry_run:
+    if report.errors:
+        return
+    try:
+        stale = stale_data(cd)
+    except VibeError as e:
+        report.add(Stage.DATASET, "make_data_fails", Severity.ERROR, str(e))
+        return
+    if stale:
+        report.add(Stage.DATASET, "data_stale", Severity.ERROR, stale)
+        return
+    if not dry_run:
         return
 
     from vibe.dryrun import dry_run as run_dry

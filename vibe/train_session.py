@@ -24,6 +24,7 @@ from a3r.hosts.local import TMUX_CONF
 from vibe.check import check, load_report, source_hash
 from vibe.config import VibeJob
 from vibe.exceptions import CheckFailed, VibeError
+from vibe.flags import Stage
 from vibe.layout import CONFIG_FILE, ClientDir
 from vibe.progress import read_rewards, read_status
 
@@ -64,14 +65,18 @@ def _alive(server: libtmux.Server, name: str) -> bool:
 
 
 def gate(cd: ClientDir, recheck: bool, echo: Callable[[str], None]) -> None:
-    """Raise CheckFailed unless a passing check describes the folder as it is now (checking if needed)."""
+    """Raise CheckFailed unless a passing, complete check (dry run and training step included) describes
+    the folder as it is now, sources and data alike; runs that check when the last one does not."""
     report = load_report(cd)
     if recheck or report is None or report.source_hash != source_hash(cd):
         echo("checking the client first (vibe check)")
         report = check(cd.root)
+    elif Stage.TRAIN_STEP not in report.stages_run and report.passed:
+        echo("the last check skipped the dry run (--no-dry-run); running the whole check first")
+        report = check(cd.root)
     if not report.passed:
         raise CheckFailed(f"vibe check does not pass, so training would be wasted:\n{report.render()}\n"
-                          f"fix the errors, then run vibe train again")
+                          f"fix the errors, then run `vibe train {cd.root}` again")
 
 
 def launch(

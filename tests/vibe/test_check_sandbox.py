@@ -137,3 +137,41 @@ def test_without_a_sandbox_the_check_refuses_and_says_how_to_get_one(tmp_path, m
     assert r.codes(Severity.ERROR) == {"sandbox_unavailable"} and not r.passed
     assert "apt-get install bubblewrap" in r.errors[0].message and "not checked" in r.errors[0].message
     assert "static" in r.stages_run and "dry_run" not in r.stages_run
+
+
+def test_data_edited_by_hand_or_stale_against_make_data_is_an_error(qa_client):
+    assert check(qa_client, dry_run=False).passed
+    train = qa_client / "data" / "train.jsonl"
+    lines = train.read_text().splitlines()
+    edited = json.loads(lines[0]) | {"note": "edited by hand"}
+    train.write_text("\n".join([json.dumps(edited), *lines[1:]]) + "\n")
+    r = check(qa_client, dry_run=False)
+    assert r.codes(Severity.ERROR) == {"data_stale"}
+    assert "data/train.jsonl is not what make_data.py generates" in r.errors[0].message
+    assert f"run `vibe data {qa_client}`" in r.errors[0].message
+    main(["data", str(qa_client)])
+    assert check(qa_client, dry_run=False).passed
+    (qa_client / "make_data.py").write_text((qa_client / "make_data.py").read_text() + "\n_GENERATE = generate\n"
+                                            "def generate(seed):\n    return _GENERATE(seed + 1)\n")
+    assert check(qa_client, dry_run=False).codes(Severity.ERROR) == {"data_stale"}
+
+
+def test_train_does_not_accept_a_check_that_skipped_the_dry_run(qa_client, monkeypatch):
+    """A hanging client passed `vibe check --no-dry-run` and `vibe train` took that as enough."""
+    import vibe.train_session
+    from vibe.exceptions import CheckFailed
+    from vibe.flags import Report
+
+    assert check(qa_client, dry_run=False).passed
+    rechecked = []
+
+    def full_check(root):
+        rechecked.append(root)
+        r = Report(client=str(root))
+        r.add("dry_run", "episode_timeout", Severity.ERROR, "hung")
+        return r
+
+    monkeypatch.setattr(vibe.train_session, "check", full_check)
+    with pytest.raises(CheckFailed, match="episode_timeout"):
+        vibe.train_session.gate(ClientDir.open(qa_client), recheck=False, echo=lambda m: None)
+    assert rechecked == [qa_client.resolve()]
