@@ -116,8 +116,11 @@ def probe_rewards(score: ScoreFn, tasks: list[dict[str, Any]], job: ProbeLimits,
                 low_gold.append(f"{t['id']} ({g:.3g})")
         for name, resp in anti_gold_responses(t).items():
             s = scored(t, name, resp)
-            if s is not None and s > job.anti_gold_max:
-                kind = "decoy" if name.startswith("decoy_") else "prompt_span" if name.startswith("span_") else name
+            kind = "decoy" if name.startswith("decoy_") else "prompt_span" if name.startswith("span_") else name
+            # a piece of the prompt may rightly earn partial credit (a game's "Round 1." says "round" of an
+            # apple); it is a leak when it scores like the reference answer
+            limit = job.gold_min if kind == "prompt_span" else job.anti_gold_max
+            if s is not None and (s >= limit if kind == "prompt_span" else s > limit):
                 hacked.setdefault(kind, []).append(f"{t['id']} ({s:.3g}" + (f" for {resp!r})" if kind == "prompt_span" else ")"))
     if invalid:
         tid, name, why = invalid[0]
@@ -139,10 +142,12 @@ def probe_rewards(score: ScoreFn, tasks: list[dict[str, Any]], job: ProbeLimits,
                    f"the reference answer scores below gold_min={job.gold_min} on {len(low_gold)} task(s): "
                    f"{', '.join(low_gold[:3])}; the reward cannot recognise a right answer")
     for kind, where in hacked.items():
-        what = "piece of the prompt" if kind == "prompt_span" else f"{kind.replace('_', ' ')} response"
-        hint = ("; the prompt gives the answer away" if kind == "prompt_span" else
-                "; the policy would learn to exploit this instead of the task")
+        if kind == "prompt_span":
+            what = f"a piece of the prompt scores at least gold_min={job.gold_min}, like the reference answer,"
+            hint = "; the prompt gives the answer away"
+        else:
+            what = f"a {kind.replace('_', ' ')} response scores above anti_gold_max={job.anti_gold_max}"
+            hint = "; the policy would learn to exploit this instead of the task"
         report.add(Stage.PROBES, f"hackable_{kind}", Severity.ERROR,
-                   f"a {what} scores above anti_gold_max={job.anti_gold_max} on {len(where)} task(s): "
-                   f"{', '.join(where[:3])}{hint}", probe=kind)
+                   f"{what} on {len(where)} task(s): {', '.join(where[:3])}{hint}", probe=kind)
     report.stats["gold_mean"] = sum(gold_scores) / len(gold_scores) if gold_scores else None

@@ -86,16 +86,28 @@ def test_the_shipped_spy_prompt_writes_the_game_template_offline_and_it_checks(s
     assert report.passed and report.stats["roles"] == ["civilian", "spy"]
 
 
-def test_new_without_a_matching_template_says_an_endpoint_is_needed(tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize("prompt", [
+    "Summarise legal contracts",
+    # these two were built from the arithmetic and the spy templates, without a word
+    "Make the model answer yes/no questions about whether a number is prime",
+    "Two players play rock-paper-scissors against each other",
+])
+def test_new_without_a_template_for_the_task_refuses_and_lists_what_each_trains(tmp_path, capsys, monkeypatch, prompt):
     monkeypatch.delenv("A3R_LLM_BASE_URL", raising=False)
-    assert main(["new", "Summarise legal contracts", "--out", str(tmp_path / "x")]) == 2
+    assert main(["new", prompt, "--out", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err
-    assert "no offline template matches" in err and "A3R_LLM_BASE_URL" in err
+    assert "no offline template trains this task" in err and "A3R_LLM_BASE_URL" in err
+    assert "qa: single-turn arithmetic" in err and "game: who is the spy" in err and "--template NAME" in err
+    assert not (tmp_path / "x").exists()
+
+
+def test_new_refuses_a_missing_prompt_and_a_folder_in_use(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("A3R_LLM_BASE_URL", raising=False)
     assert main(["new", "--out", str(tmp_path / "y")]) == 2
     assert 'vibe new "<prompt>"' in capsys.readouterr().err
     (tmp_path / "z").mkdir()
     (tmp_path / "z" / "keep.txt").write_text("mine")
-    assert main(["new", "quiz questions", "--out", str(tmp_path / "z")]) == 2
+    assert main(["new", "arithmetic quiz questions", "--out", str(tmp_path / "z")]) == 2
     assert "not empty" in capsys.readouterr().err
 
 

@@ -162,6 +162,10 @@ def test_stats_against_hand_computed_values():
         ("An agent that calls a calculator tool over several turns", Family.TOOL_USE),
         ("Answer arithmetic questions", Family.QA),
         ("Summarise legal contracts", None),
+        # a family's words without its subject: another task, so no template
+        ("Make the model answer yes/no questions about whether a number is prime", None),
+        ("Two players play rock-paper-scissors against each other", None),
+        ("An agent that calls a weather API tool", None),
     ],
 )
 def test_template_matching(prompt, family):
