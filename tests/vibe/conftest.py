@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from vibe.data_writer import write_data
@@ -43,12 +41,15 @@ def spy_client():
     def make(root, adversarial: bool):
         require_sandbox()
         copy_template(Family.GAME, root)
+        # smaller games through make_data.py itself, so data/ stays what it generates (else data_stale)
+        (root / "make_data.py").write_text((root / "make_data.py").read_text() + (
+            "\n_generate = generate\n\n\ndef generate(seed):\n"
+            "    small = {'players': 3, 'spies': 1, 'rounds': 1}\n"
+            "    return {split: [t | small if split == 'train' else t for t in tasks]\n"
+            "            for split, tasks in _generate(seed).items()}\n"))
         write_data(ClientDir.open(root))
         text = (root / "vibe.yaml").read_text().replace("max_tokens: 24", "max_tokens: 6")
         (root / "vibe.yaml").write_text(text + ("second_server_roles: [spy]\n" if adversarial else ""))
-        lines = (root / "data" / "train.jsonl").read_text().splitlines()
-        small = [json.dumps(json.loads(line) | {"players": 3, "spies": 1, "rounds": 1}) for line in lines]
-        (root / "data" / "train.jsonl").write_text("\n".join(small) + "\n")
         return root
 
     return make
