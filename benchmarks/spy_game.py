@@ -2,7 +2,7 @@
 
 What a new user does with the spy prompt and no LLM endpoint, minus tmux: `vibe new` picks the `game`
 template (one shared model plays civilians and spies, each role its own GRPO groups), `vibe check` must
-pass, then the same client process `vibe train` runs in its tmux window (`vibe.trainer.train`) trains
+pass, then the same client process `vibe train` runs in its tmux window (`vibe.training_loop.train`) trains
 `--steps` steps, optionally after a supervised warm start on the gold descriptions (`--warm-start N`).
 Per step the trainer writes the reward and its components (win, and the description score the probes
 test), overall and per role, to rewards.jsonl; this script plots them.
@@ -47,13 +47,13 @@ from engine.jobs import ServerProcess  # noqa: E402
 from engine.tasks.spy import FIRST, LAST, describe_prompt, says_word  # noqa: E402
 from vibe.check import check  # noqa: E402
 from vibe.config import VibeJob  # noqa: E402
-from vibe.data import write_data  # noqa: E402
-from vibe.dataset import read_jsonl  # noqa: E402
+from vibe.data_writer import write_data  # noqa: E402
+from vibe.jsonl import read_jsonl  # noqa: E402
 from vibe.layout import CONFIG_FILE, REWARD_FILE, TEST_FILE, TRAIN_FILE, ClientDir  # noqa: E402
 from vibe.loader import load_module  # noqa: E402
 from vibe.progress import read_rewards  # noqa: E402
 from vibe.templates import Family, copy_template  # noqa: E402
-from vibe.trainer import train  # noqa: E402
+from vibe.training_loop import train  # noqa: E402
 
 EVAL_SAMPLES = 16  # replies per word and model
 EVAL_SEED = {"train": 1, "test": 2}  # names and ids in the evaluation's questions, the same for every model

@@ -13,11 +13,13 @@ import hashlib
 from pathlib import Path
 
 from vibe.config import VibeJob
-from vibe.dataset import check_tasks, read_jsonl
-from vibe.exceptions import LayoutError
+from vibe.data_writer import stale_data
+from vibe.dataset_checks import check_tasks
+from vibe.exceptions import LayoutError, VibeError
 from vibe.flags import Flag, Report, Severity, Stage
+from vibe.jsonl import read_jsonl
 from vibe.layout import CONFIG_FILE, DATA_FILES, ClientDir
-from vibe.sandbox import run_sandboxed
+from vibe.sandbox import SandboxLimits, limits_note, run_sandboxed, sandbox_unavailable
 from vibe.static import static_check
 
 __all__ = ["REPORT_FILE", "check", "load_report", "source_hash"]
@@ -73,16 +75,32 @@ def _run(cd: ClientDir, report: Report, dry_run: bool) -> None:
     static_check(cd.root, report)
     if report.errors:
         return
-    res = run_sandboxed("vibe._probe", [str(cd.root), "--limits", job.probe_limits().model_dump_json()], cwd=cd.root, result_file=cd.state_dir / "probe.json",
-                        timeout_s=job.check.timeout_s, memory_mb=job.check.memory_mb)
+    why = sandbox_unavailable()
+    if why:
+        report.add(Stage.STATIC, "sandbox_unavailable", Severity.ERROR,
+                   f"client code runs only in the sandbox, and there is none here: {why}; the client is not checked")
+        return
+    limits = SandboxLimits(job.check.timeout_s, job.check.memory_mb)
+    res = run_sandboxed("vibe.children.import_and_probe", [str(cd.root), "--limits", job.probe_limits().model_dump_json()],
+                        root=cd.root, name="probe", limits=limits)
     if res.result is None:
         why = f"timed out after {job.check.timeout_s}s" if res.timed_out else f"exited with code {res.returncode}"
         report.add(Stage.STATIC, "sandbox_failed", Severity.ERROR,
-                   f"importing and probing the client {why} (limits: check.timeout_s, check.memory_mb); log tail:\n{res.log_tail}")
+                   f"importing and probing the client {why} ({limits_note(limits)}); log tail:\n{res.log_tail}")
         return
     report.flags += [Flag.model_validate(f) for f in res.result["flags"]]
     report.stats |= res.result["stats"]
-    if report.errors or not dry_run:
+    if report.errors:
+        return
+    try:
+        stale = stale_data(cd)
+    except VibeError as e:
+        report.add(Stage.DATASET, "make_data_fails", Severity.ERROR, str(e))
+        return
+    if stale:
+        report.add(Stage.DATASET, "data_stale", Severity.ERROR, stale)
+        return
+    if not dry_run:
         return
 
     from vibe.dryrun import dry_run as run_dry

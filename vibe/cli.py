@@ -72,7 +72,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_data(args: argparse.Namespace) -> int:
-    from vibe.data import write_data
+    from vibe.data_writer import write_data
     from vibe.layout import ClientDir
 
     counts = write_data(ClientDir.open(args.dir), args.seed)
@@ -81,21 +81,21 @@ def _cmd_data(args: argparse.Namespace) -> int:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from vibe.train import launch
+    from vibe.train_session import launch
 
     launch(args.dir, steps=args.steps, recheck=args.recheck, warm_start=args.warm_start, echo=_say)
     return 0
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from vibe.train import status
+    from vibe.train_session import status
 
     print(status(args.dir))
     return 0
 
 
 def _cmd_attach(args: argparse.Namespace) -> int:
-    from vibe.train import attach
+    from vibe.train_session import attach
 
     return attach(args.dir)
 

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from engine.config import SwarmConfig
 from vibe.exceptions import LayoutError
-from vibe.probes import ProbeLimits
+from vibe.reward_probes import ProbeLimits
 
 
 class CheckConfig(BaseModel):
@@ -39,6 +39,10 @@ class VibeJob(BaseModel):
     temperature: float = Field(1.0, ge=0, description="Sampling temperature of training episodes.")
     max_tokens: int = Field(48, ge=1, description="Reply budget per LLM call.")
     concurrency: int = Field(8, ge=1, description="Episodes in flight at once.")
+    episode_timeout_s: float = Field(
+        300.0, gt=0, description="Wall-clock limit of one play of a task (`vibe train`; the dry run uses at most "
+        "three quarters of check.timeout_s): a play past it is given up and named."
+    )
     reward_min: float = Field(0.0, description="Lowest reward an episode can get (sum of components).")
     reward_max: float = Field(1.0, description="Highest reward an episode can get.")
     gold_min: float = Field(

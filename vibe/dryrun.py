@@ -3,7 +3,7 @@ the tiny model, then the one training step those episodes trigger, checked to ch
 small entropy bonus, so the check holds even when random weights earn every episode the same reward).
 
 The server is a real `swarm serve` subprocess on loopback (engine.jobs.ServerProcess); the client code
-runs in a sandboxed subprocess (vibe._episodes). The check always uses `tiny` with full weights, whatever
+runs in a sandboxed subprocess (vibe.children.play_episodes). The check always uses `tiny` with full weights, whatever
 vibe.yaml trains, so it is fast and its weights can be compared with the initial ones.
 """
 
@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import math
 import shutil
+import tempfile
 from contextlib import ExitStack
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -20,11 +22,12 @@ from engine.config import SwarmConfig
 from engine.errors import SwarmError
 from engine.jobs import ServerProcess
 from vibe.config import VibeJob
-from vibe.episode import split_roles
 from vibe.flags import Report, Severity, Stage
 from vibe.layout import ClientDir
+from vibe.netbridge import UnixToTcp
+from vibe.play import split_roles
 from vibe.private import write_private
-from vibe.sandbox import run_sandboxed
+from vibe.sandbox import SandboxLimits, limits_note, run_sandboxed
 from vibe.stats import component_stats, group_spreads
 
 __all__ = ["check_config", "dry_run", "weights_changed"]
@@ -96,12 +99,21 @@ def dry_run(cd: ClientDir, job: VibeJob, report: Report) -> None:
                                f"debug server {i + 1} did not reach ROLLING: {e}; log: {run_dir / 'server.log'}")
                     return
                 admins.append((admin, run_dir))
+            # the sandbox has no network: each server's port reaches it over a unix socket (vibe.netbridge),
+            # in a short folder of its own (socket paths are limited to ~100 bytes)
+            bridges = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="vibe-bridge-")))
             args = [str(cd.root)]
             for i, (_, run_dir) in enumerate(admins):
-                args += [f"--url-{i + 1}", servers[i].url, f"--token-file-{i + 1}", str(run_dir / "admin_token")]
-            res = run_sandboxed("vibe._episodes", args, cwd=cd.root, result_file=root_dir / "episodes.json",
-                                timeout_s=job.check.timeout_s, memory_mb=job.check.memory_mb)
-            if not _episode_flags(res, job, report):
+                sock = bridges / f"server-{i + 1}.sock"
+                stack.enter_context(UnixToTcp(sock, urlsplit(servers[i].url).port))
+                args += [f"--url-{i + 1}", servers[i].url, f"--token-file-{i + 1}", str(run_dir / "admin_token"),
+                         f"--bridge-{i + 1}", str(sock)]
+            # a hung play is named before the sandbox's own limit ends the whole process
+            args += ["--episode-timeout", str(min(job.episode_timeout_s, 0.75 * job.check.timeout_s))]
+            limits = SandboxLimits(job.check.timeout_s, job.check.memory_mb)
+            res = run_sandboxed("vibe.children.play_episodes", args, root=cd.root, name="episodes", limits=limits,
+                                readable=[bridges])
+            if not _episode_flags(res, job, report, limits):
                 return
             report.stages_run.append(Stage.TRAIN_STEP)
             for i, (admin, run_dir) in enumerate(admins):
@@ -138,17 +150,23 @@ def _check_step(admin, run_dir: Path, job: VibeJob, report: Report, *, server: i
                    f"carried no gradient (do the LLM calls go through the episode's client?); log: {run_dir / 'server.log'}")
 
 
-def _episode_flags(res, job: VibeJob, report: Report) -> bool:
+def _episode_flags(res, job: VibeJob, report: Report, limits: SandboxLimits) -> bool:
     """Flags of the episodes themselves; True when every episode ended and training can be checked."""
     if res.timed_out:
         report.add(Stage.DRY_RUN, "episodes_timeout", Severity.ERROR,
-                   f"the client's episodes did not finish within {job.check.timeout_s}s (check.timeout_s); log tail:\n{res.log_tail}")
+                   f"the client's episodes did not finish within {job.check.timeout_s}s ({limits_note(limits)}); log tail:\n{res.log_tail}")
         return False
     if res.result is None:
         report.add(Stage.DRY_RUN, "client_crashed", Severity.ERROR,
-                   f"the client process exited with code {res.returncode} before reporting; log tail:\n{res.log_tail}")
+                   f"the client process exited with code {res.returncode} before reporting ({limits_note(limits)}); log tail:\n{res.log_tail}")
         return False
     episodes = res.result["episodes"]
+    hung = [e for e in episodes if e.get("timed_out")]
+    if hung:
+        report.add(Stage.DRY_RUN, "episode_timeout", Severity.ERROR,
+                   f"{len(hung)} of {len(episodes)} plays did not end in time; first: task {hung[0]['task_id']!r}: "
+                   f"{hung[0]['error']}; log tail:\n{res.log_tail or '(empty)'}")
+        return False
     failed = [e for e in episodes if "error" in e]
     if failed:
         first = failed[0]

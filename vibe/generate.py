@@ -21,7 +21,7 @@ from a3r.leader.endpoint import Endpoint, JsonChat
 from a3r.leader.llm import load_skills
 from vibe import layout
 from vibe.check import check
-from vibe.data import write_data
+from vibe.data_writer import write_data
 from vibe.exceptions import LayoutError
 from vibe.flags import Report, Severity, Stage
 from vibe.layout import DATA_FILES, STATE_DIR, ClientDir

@@ -8,7 +8,7 @@ A client folder (written by `vibe new`, or by hand) holds:
                      `llm` (an `openai.OpenAI` client bound to the episode) and return the named reward
                      components; the episode's reward is their sum. A multi-agent client whose roles
                      share the model also sets `ROLES = ["role", ...]`: then `llm` is {role: client},
-                     one episode per role, and `run` returns {role: {component: value}} (vibe.episode)
+                     one episode per role, and `run` returns {role: {component: value}} (vibe.play)
     reward.py        `score(task, response) -> dict[str, float]`: the reward of one final response to a
                      task, by component (client.py calls it; the probes call it directly)
     make_data.py     `generate(seed) -> {"train": [task, ...], "test": [task, ...]}`: the mock dataset

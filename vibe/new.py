@@ -6,10 +6,10 @@ import re
 from pathlib import Path
 
 from vibe.config import VibeJob
-from vibe.data import write_data
+from vibe.data_writer import write_data
 from vibe.exceptions import LayoutError, NoEndpointError
 from vibe.layout import CONFIG_FILE, ClientDir
-from vibe.templates import Family, copy_template, describe, match_family
+from vibe.templates import Family, catalogue, copy_template, describe, match_family
 
 __all__ = ["default_out", "new_from_template", "prepare_out"]
 
@@ -39,8 +39,9 @@ def new_from_template(prompt: str, out: Path, family: Family | None = None) -> F
     family = family or match_family(prompt)
     if family is None:
         raise NoEndpointError(
-            "no offline template matches this prompt (families: qa, tool_use, game); configure an LLM endpoint "
-            "(--llm-base-url/--llm-model or A3R_LLM_BASE_URL/A3R_LLM_MODEL) or pass --template"
+            "no offline template trains this task, and building one for another task would be wrong. The "
+            f"templates train:\n{catalogue()}\nConfigure an LLM endpoint (--llm-base-url/--llm-model or "
+            "A3R_LLM_BASE_URL/A3R_LLM_MODEL), or pass --template NAME if one of them is what you want"
         )
     cd = ClientDir.open(prepare_out(out))
     copy_template(family, cd.root)

@@ -22,7 +22,7 @@ def reply(files: dict[str, str], notes: str) -> str:
 
 
 @pytest.mark.slow
-def test_the_repair_loop_fixes_a_bug_then_a_hackable_reward(fake_llm, tmp_path, capsys, monkeypatch):
+def test_the_repair_loop_fixes_a_bug_then_a_hackable_reward(fake_llm, sandboxed, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("A3R_LLM_API_KEY", "sk-test-vibe")
     srv = fake_llm([
         "not json at all",  # a malformed answer is fed back and asked again
@@ -56,7 +56,7 @@ def test_the_repair_loop_fixes_a_bug_then_a_hackable_reward(fake_llm, tmp_path, 
     assert "hackable_repeat_prompt" in bodies[3]["messages"][-1]["content"]
 
 
-def test_repair_rounds_are_bounded_and_unsafe_paths_are_refused(fake_llm, tmp_path, capsys):
+def test_repair_rounds_are_bounded_and_unsafe_paths_are_refused(fake_llm, sandboxed, tmp_path, capsys):
     bad_path = reply({"../escape.py": "x = 1"}, "")
     broken = reply({"client.py": "def run(:\n"}, "")
     srv = fake_llm([bad_path, broken, broken])

@@ -14,7 +14,7 @@ from vibe.cli import main
 from vibe.config import VibeJob
 from vibe.layout import ClientDir
 from vibe.progress import flat_streak, read_rewards, read_status, replayed_rows
-from vibe.train import run_dir, session_name
+from vibe.train_session import run_dir, session_name
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
 
@@ -66,11 +66,11 @@ def test_a_restarted_run_logs_the_step_its_server_trained_from_the_journal_and_p
     gives step 1 a replayed row with the server's figures, and its own plays make step 2 (not step 1)."""
     from engine.jobs import ServerProcess
     from engine.training.metrics import read_run_metrics
-    from vibe.dataset import read_jsonl
-    from vibe.episode import play_task
+    from vibe.jsonl import read_jsonl
     from vibe.layout import CLIENT_FILE, TRAIN_FILE
     from vibe.loader import contract_function, load_module
-    from vibe.trainer import _server_config, train
+    from vibe.play import play_task
+    from vibe.training_loop import _server_config, train
 
     job = _tiny(qa_client, batch=2, group=2)
     rdir = tmp_path / "run"
@@ -117,7 +117,7 @@ def test_train_refuses_a_client_whose_check_fails(qa_client, tmux_socket, capsys
 
 
 @pytest.mark.slow
-def test_offline_new_check_and_train_in_tmux_with_rewards_per_step_and_a_live_flat_flag(tmp_path, tmux_socket, capsys):
+def test_offline_new_check_and_train_in_tmux_with_rewards_per_step_and_a_live_flat_flag(sandboxed, tmp_path, tmux_socket, capsys):
     """The offline path end to end: `vibe new` picks the QA template, `vibe train` checks it (dry run and a
     training step that changes the weights) and trains it in tmux on the tiny model."""
     qa_client = tmp_path / "arith"
@@ -160,7 +160,7 @@ def test_offline_new_check_and_train_in_tmux_with_rewards_per_step_and_a_live_fl
 
 
 def test_a_training_run_whose_server_cannot_boot_says_why(qa_client, tmp_path, capsys):
-    from vibe.trainer import train
+    from vibe.training_loop import train
 
     text = (qa_client / "vibe.yaml").read_text()
     (qa_client / "vibe.yaml").write_text(text.replace("name: smollm2-135m", "name: no-such-model-dir"))
@@ -180,7 +180,7 @@ def test_a_training_run_whose_server_cannot_boot_says_why(qa_client, tmp_path, c
 def test_adversarial_training_runs_each_side_on_its_own_server(tmp_path, spy_client, capsys):
     """The trainer with second_server_roles: two servers, spies' episodes on the second, a step on both,
     both starting from the supervised warm start on the game's gold descriptions."""
-    from vibe.trainer import train
+    from vibe.training_loop import train
 
     root = spy_client(tmp_path / "spy", adversarial=True)
     _tiny(root, batch=1, group=2)
@@ -204,3 +204,29 @@ def test_adversarial_training_runs_each_side_on_its_own_server(tmp_path, spy_cli
     assert "2 server(s) ROLLING" in out and "server 1: civilian; server 2: spy" in out
     assert f"ROLLING at step 0: {(rdir / 'warm_start').resolve()}" in out  # both servers start from it
     assert "warm start done: nll" in out
+
+
+@pytest.mark.slow
+def test_a_play_that_hangs_in_training_is_given_up_and_named(qa_client, tmp_path, capsys):
+    """The per-episode timeout of `vibe train`: the first task's plays never end; the run stops and names
+    that task (plays are reported in order, so it comes first however slow the machine makes the others)."""
+    from vibe.training_loop import train
+
+    job = _tiny(qa_client, batch=2, group=2)
+    (qa_client / "vibe.yaml").write_text(VibeJob.model_validate(job.model_dump() | {"episode_timeout_s": 10}).to_yaml())
+    hang_id = json.loads((qa_client / "data" / "train.jsonl").read_text().splitlines()[0])["id"]
+    client = (qa_client / "client.py").read_text()
+    (qa_client / "client.py").write_text(client + (
+        "\n_run = run\n"
+        "def run(llm, model, task, sampling):\n"
+        "    import time\n"
+        f"    while task['id'] == {hang_id!r}:\n"
+        "        time.sleep(1)\n"
+        "    return _run(llm, model, task, sampling)\n"))
+    rdir = tmp_path / "run"
+    rdir.mkdir()
+    with pytest.raises(SystemExit):
+        train(qa_client, rdir, steps=1)
+    st = read_status(rdir)
+    assert st["state"] == "failed" and f"first: task s0:0:{hang_id}: TimeoutError: the play did not end within 10 s" in st["error"]
+    assert "step 1:" in st["error"]

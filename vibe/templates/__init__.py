@@ -1,7 +1,9 @@
 """Offline templates for known task families, and the keyword matcher that picks one for a prompt.
 
-Matching is deliberately simple (keyword counts): a prompt that names no family gets no template, and
-the caller says an LLM endpoint is needed, rather than guessing.
+Matching is deliberately strict: a template trains one task (arithmetic, a calculator tool, who is the
+spy), so a prompt must name that task's subject to get it; among the templates it names, keyword counts
+pick one. A prompt that names none gets no template and the caller refuses, listing what each trains,
+rather than build a client for another task ("yes/no questions about primes" is not arithmetic QA).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-__all__ = ["Family", "TEMPLATES_DIR", "copy_template", "match_family"]
+__all__ = ["Family", "TEMPLATES_DIR", "catalogue", "copy_template", "describe", "match_family"]
 
 TEMPLATES_DIR = Path(__file__).parent
 
@@ -27,29 +29,45 @@ class Family(str, Enum):
 class _Family:
     family: Family
     summary: str
+    subjects: tuple[str, ...]  # at least one must occur: the task the template actually trains
     keywords: tuple[str, ...]
 
 
 FAMILIES = (
-    _Family(Family.GAME, "who is the spy: a multi-agent game, one shared model, each role its own episodes",
+    _Family(Family.GAME, "who is the spy: a multi-agent word game (civilians and spies describe, then vote), "
+            "one shared model, each role its own episodes",
+            ("spy", "spies", "undercover"),
             ("game", "games", "player", "players", "spy", "multi-agent", "multiagent", "agents", "vote", "voting",
              "undercover", "werewolf", "debate")),
-    _Family(Family.TOOL_USE, "multi-turn tool use (a calculator tool, OpenAI tool calls)",
+    _Family(Family.TOOL_USE, "multi-turn tool use: arithmetic through a calculator tool (OpenAI tool calls), "
+            "rewarded when the final integer is right",
+            ("calculator",),
             ("tool", "tools", "calculator", "function", "calling", "multi-turn", "multiturn", "api", "search")),
-    _Family(Family.QA, "single-turn question answering with a rule reward",
+    _Family(Family.QA, "single-turn arithmetic questions (sums and products of integers), rewarded when the "
+            "reply's last integer is the answer",
+            ("arithmetic", "math", "maths", "mathematics", "sum", "sums", "addition", "subtraction", "multiplication",
+             "multiply", "add", "product", "products"),
             ("question", "questions", "answer", "answering", "qa", "quiz", "arithmetic", "math", "single-turn")),
 )
 
 
 def match_family(prompt: str) -> Family | None:
-    """The family whose keywords the prompt mentions most (ties: the listed order), or None."""
+    """The template for the prompt: among the families whose subject it names, the one whose keywords it
+    mentions most (ties: the listed order); None when it names no family's subject."""
     words = re.findall(r"[a-z][a-z-]*", prompt.lower())
-    best, hits = None, 0
+    best, hits = None, -1
     for f in FAMILIES:
-        n = sum(1 for w in words if w in f.keywords)
+        if not any(w in f.subjects for w in words):
+            continue
+        n = sum(1 for w in words if w in f.keywords or w in f.subjects)
         if n > hits:
             best, hits = f.family, n
     return best
+
+
+def catalogue() -> str:
+    """Every template and what it trains, one per line (for refusals)."""
+    return "\n".join(f"  {f.family.value}: {f.summary}" for f in FAMILIES)
 
 
 def describe(family: Family) -> str:

@@ -6,28 +6,22 @@ and no training step ever fired; these checks exist so that is caught before a r
 
 from __future__ import annotations
 
-import json
+import re
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 from vibe.flags import Report, Severity, Stage
 from vibe.layout import TASK_FIELDS
 
-__all__ = ["check_tasks", "read_jsonl"]
+__all__ = ["check_tasks", "normal_text"]
 
 
-def read_jsonl(path: Path) -> tuple[list[Any], list[str]]:
-    """(records, problems): every parsable line, and one message per line that is not JSON."""
-    records, problems = [], []
-    for n, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            records.append(json.loads(line))
-        except ValueError as e:
-            problems.append(f"{path.name} line {n}: not JSON ({e})")
-    return records, problems
+_PROSE_PUNCTUATION = re.compile(r"[.,;:!?\"'`]")  # operators (+ - * / = ...) stay: "41*42" is not "41+42"
+
+
+def normal_text(text: str) -> str:
+    """Lower case, prose punctuation dropped, runs of whitespace as one space: what overlap compares."""
+    return " ".join(_PROSE_PUNCTUATION.sub(" ", text.lower()).split())
 
 
 def _schema(name: str, tasks: list[Any], report: Report) -> None:
@@ -55,7 +49,7 @@ def check_tasks(train: list[Any], test: list[Any], batch_size: int, group_size: 
     """Add dataset flags to `report`. `batch_size` tasks are needed per training step (x `group_size` episodes)."""
     for name, tasks in (("train", train), ("test", test)):
         if not tasks:
-            report.add(Stage.DATASET, f"{name}_empty", Severity.ERROR, f"data/{name}.jsonl has no tasks; run `python make_data.py`")
+            report.add(Stage.DATASET, f"{name}_empty", Severity.ERROR, f"data/{name}.jsonl has no tasks; run `vibe data DIR` to write it from make_data.py")
         _schema(name, tasks, report)
     if report.errors:
         return
@@ -79,11 +73,12 @@ def check_tasks(train: list[Any], test: list[Any], batch_size: int, group_size: 
             f"{len(train)} training tasks cannot fill one step of batch_size={batch_size} tasks x group_size="
             f"{group_size} episodes; generate more tasks or lower swarm.pool.batch_size",
         )
-    prompts = {t["prompt"].strip() for t in train}
-    overlap = sum(1 for t in test if t["prompt"].strip() in prompts)
+    prompts = {normal_text(t["prompt"]) for t in train}
+    overlap = [t["id"] for t in test if normal_text(t["prompt"]) in prompts]
     if overlap:
         report.add(
             Stage.DATASET, "train_test_overlap", Severity.ERROR,
-            f"{overlap} test task(s) have the same prompt as a training task; held-out scores would be inflated",
+            f"{len(overlap)} test task(s) (e.g. {overlap[:3]}) have the same prompt as a training task, up to case, "
+            "spacing and punctuation; held-out scores would be inflated",
         )
     report.stats["dataset"] = {"train": len(train), "test": len(test)}

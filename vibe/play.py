@@ -9,12 +9,11 @@ each role forms its own groups) and commit or abort together.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from engine.client import EpisodeGroup, SwarmClient
-from vibe.probes import total
+from vibe.reward_probes import total
 
 __all__ = ["play_task", "split_roles"]
 
@@ -39,12 +38,6 @@ def split_roles(roles: Sequence[str], second: Sequence[str]) -> list[list[str]]:
     return [first, [r for r in roles if r in second]]
 
 
-def _finite(reward: float, comps: Any) -> float:
-    if not math.isfinite(reward):
-        raise ValueError(f"reward is {reward} (components {comps})")
-    return reward
-
-
 def play_task(client: SwarmClient, run: Callable, roles: Sequence[str], task_id: str, task: dict[str, Any],
               sampling: dict[str, Any], role_clients: Mapping[str, SwarmClient] | None = None) -> list[Record]:
     """Play `task` once (one episode, or one per role) and end the episode(s) with the reward(s).
@@ -54,7 +47,7 @@ def play_task(client: SwarmClient, run: Callable, roles: Sequence[str], task_id:
     if not roles:
         with client.episode(task_id) as ep:
             comps = run(ep.openai(max_retries=0), ep.model, task, dict(sampling))
-            reward = _finite(total(comps), comps)
+            reward = total(comps)  # RewardValueError for NaN, inf, strings
             accepted = ep.end(reward).accepted
         return [{"task_id": task_id, "components": {k: float(v) for k, v in comps.items()}, "accepted": accepted}]
     clients = {r: (role_clients or {}).get(r, client) for r in roles}
@@ -63,7 +56,7 @@ def play_task(client: SwarmClient, run: Callable, roles: Sequence[str], task_id:
         out = run(llms, group[roles[0]].model, task, dict(sampling))
         if not isinstance(out, dict) or set(out) != set(roles):
             raise TypeError(f"run() of a client with ROLES must return {{role: {{component: value}}}} for roles {list(roles)}")
-        rewards = {r: _finite(total(out[r]), out[r]) for r in roles}
+        rewards = {r: total(out[r]) for r in roles}
         outcomes = group.commit(rewards)
     return [{"task_id": f"{task_id}:{r}", "components": {k: float(v) for k, v in out[r].items()},
              "accepted": outcomes[r].accepted} for r in roles]

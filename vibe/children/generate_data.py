@@ -14,6 +14,7 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("root")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", help="write the data/ files under this folder instead (to compare with the client's)")
     p.add_argument("--result", required=True)
     args = p.parse_args()
     root = Path(args.root)
@@ -22,7 +23,7 @@ def main() -> None:
         raise SystemExit(f"{GENERATOR_FILE}: generate(seed) must return {{'train': [...], 'test': [...]}}")
     counts = {}
     for split, rel in (("train", TRAIN_FILE), ("test", TEST_FILE)):
-        path = root / rel
+        path = Path(args.out or root) / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("".join(json.dumps(t) + "\n" for t in data[split]))
         counts[split] = len(data[split])

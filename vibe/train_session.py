@@ -1,7 +1,7 @@
 """`vibe train DIR`, `vibe status DIR`, `vibe attach DIR`: training a checked client in tmux.
 
 The run lives in DIR/.vibe/train/. One tmux session per client on vibe's own socket (`tmux -L vibe`),
-with windows: `client` runs vibe.trainer (which owns the swarm server subprocesses), `server` follows the
+with windows: `client` runs vibe.training_loop (which owns the swarm server subprocesses), `server` follows the
 server's log and, for a client with `second_server_roles` (adversarial training), `server-2` the second's. A finished run's session stays open for viewing until the next `vibe train`. Dead panes stay visible (the A3R tmux config: remain-on-exit). tmux is the
 container and the viewer; the truth is in the run's files (rewards.jsonl, status.json).
 """
@@ -24,6 +24,7 @@ from a3r.hosts.local import TMUX_CONF
 from vibe.check import check, load_report, source_hash
 from vibe.config import VibeJob
 from vibe.exceptions import CheckFailed, VibeError
+from vibe.flags import Stage
 from vibe.layout import CONFIG_FILE, ClientDir
 from vibe.progress import read_rewards, read_status
 
@@ -64,14 +65,18 @@ def _alive(server: libtmux.Server, name: str) -> bool:
 
 
 def gate(cd: ClientDir, recheck: bool, echo: Callable[[str], None]) -> None:
-    """Raise CheckFailed unless a passing check describes the folder as it is now (checking if needed)."""
+    """Raise CheckFailed unless a passing, complete check (dry run and training step included) describes
+    the folder as it is now, sources and data alike; runs that check when the last one does not."""
     report = load_report(cd)
     if recheck or report is None or report.source_hash != source_hash(cd):
         echo("checking the client first (vibe check)")
         report = check(cd.root)
+    elif Stage.TRAIN_STEP not in report.stages_run and report.passed:
+        echo("the last check skipped the dry run (--no-dry-run); running the whole check first")
+        report = check(cd.root)
     if not report.passed:
         raise CheckFailed(f"vibe check does not pass, so training would be wasted:\n{report.render()}\n"
-                          f"fix the errors, then run vibe train again")
+                          f"fix the errors, then run `vibe train {cd.root}` again")
 
 
 def launch(
@@ -83,7 +88,7 @@ def launch(
     echo: Callable[[str], None] = print,
 ) -> str:
     """Gate on the check, then start the run's tmux session; returns the session name. `warm_start` > 0
-    runs that many supervised steps on the gold answers first (`vibe.trainer`)."""
+    runs that many supervised steps on the gold answers first (`vibe.training_loop`)."""
     if steps < 1:
         raise VibeError("--steps must be at least 1")
     if warm_start < 0:
@@ -100,7 +105,7 @@ def launch(
         server.kill_session(name)  # a finished run's session, kept open for viewing; this folder's own
     rdir.mkdir(parents=True, exist_ok=True)
     py = shlex.quote(sys.executable)
-    client_cmd = (f"{py} -m vibe.trainer {shlex.quote(str(cd.root))} --run-dir {shlex.quote(str(rdir))} "
+    client_cmd = (f"{py} -m vibe.training_loop {shlex.quote(str(cd.root))} --run-dir {shlex.quote(str(rdir))} "
                   f"--steps {int(steps)} --warm-start {int(warm_start)} 2>&1 | tee -a {shlex.quote(str(rdir / 'client.log'))}; exit ${{PIPESTATUS[0]}}")
     env = {k: os.environ[k] for k in ("PYTHONPATH", "OMP_NUM_THREADS", "PATH") if k in os.environ}
     try:

@@ -10,11 +10,11 @@ import json
 import traceback
 from pathlib import Path
 
-from vibe.dataset import read_jsonl
 from vibe.flags import Report, Severity, Stage
+from vibe.jsonl import read_jsonl
 from vibe.layout import CLIENT_FILE, REQUIRED_FUNCTIONS, REWARD_FILE, TRAIN_FILE
 from vibe.loader import client_roles, contract_function, load_module
-from vibe.probes import ProbeLimits, probe_rewards
+from vibe.reward_probes import ProbeLimits, probe_rewards
 
 PROBE_TASKS = 8
 

@@ -3,7 +3,9 @@
 It starts the swarm server as its own subprocess (engine.jobs.ServerProcess: loopback, fresh admin token,
 exits with this process, log in RUN/server.log, which the `server` window follows) and, for a client
 with `second_server_roles`, a second one (RUN/server-2.log, window `server-2`), configures them from
-vibe.yaml, and plays B tasks x N episodes per step until `--steps` training steps are done. After every
+vibe.yaml, and plays B tasks x N episodes per step until `--steps` training steps are done. The client's
+code runs only in the sandbox: each step's plays in one `vibe.children.play_episodes` child, which reaches
+the servers over vibe.netbridge and gives up a play after `episode_timeout_s`. After every
 step it appends the rewards to RUN/rewards.jsonl (each role's own figures too, for a client with ROLES)
 and rewrites RUN/status.json; training whose every group had equal rewards `flat_steps` steps running is
 flagged there and on screen at once.
@@ -23,25 +25,26 @@ import argparse
 import json
 import math
 import os
+import tempfile
 import time
 import traceback
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from engine.jobs import ServerProcess
 from engine.server.state import ServerState
 from engine.training.metrics import read_run_metrics
 from engine.training.supervised import supervise
 from vibe.config import VibeJob
-from vibe.dataset import read_jsonl
-from vibe.episode import play_task, split_roles
 from vibe.exceptions import VibeError
-from vibe.layout import CLIENT_FILE, CONFIG_FILE, TRAIN_FILE
-from vibe.loader import client_roles, contract_function, load_module
+from vibe.jsonl import read_jsonl
+from vibe.layout import CONFIG_FILE, TRAIN_FILE
+from vibe.netbridge import UnixToTcp
+from vibe.play import split_roles
 from vibe.private import write_private
 from vibe.progress import FLAT_FLAG, flat_streak, read_rewards, replayed_rows
-from vibe.sandbox import tail
+from vibe.sandbox import SandboxLimits, limits_note, run_sandboxed, tail
 from vibe.stats import component_stats, group_spreads, mean_std
 
 
@@ -81,16 +84,38 @@ def _settle(clients: list, timeout: float = 3600.0) -> int:
 RETRIES = 2  # a play that raises (a dropped connection, a flaky tool) is aborted and played again
 
 
-def _play_retrying(client, run, roles, item, sampling, second) -> tuple[list[dict], str | None]:
-    """(records, None), or ([], the last error) when every attempt failed."""
-    task_id, task = item
-    last = None
-    for _ in range(RETRIES + 1):
-        try:
-            return play_task(client, run, roles, task_id, task, sampling, second), None
-        except Exception as e:  # noqa: BLE001 - client code may fail in any way; reported, run goes on
-            last = f"{task_id}: {type(e).__name__}: {e}"
-    return [], last
+def _client_roles(root: Path, job: VibeJob) -> list[str]:
+    """client.py's ROLES, read by importing it in the sandbox (with the reward probes, which are cheap)."""
+    res = run_sandboxed("vibe.children.import_and_probe", [str(root), "--limits", job.probe_limits().model_dump_json()],
+                        root=root, name="train-import", limits=SandboxLimits(job.check.timeout_s, job.check.memory_mb))
+    if res.result is None:
+        raise VibeError(f"importing the client in the sandbox failed (exit {res.returncode}); run `vibe check "
+                        f"{root}`; log tail:\n{res.log_tail}")
+    return res.result["stats"].get("roles", [])
+
+
+def _play_step(root: Path, run_dir: Path, job: VibeJob, items: list[tuple[str, dict]], connect: list[str],
+               bridges: Path) -> list[dict]:
+    """Play `items` ((task id, task) each) in one sandboxed child; its records, or VibeError naming the
+    first play that failed (after RETRIES more tries) or ran past episode_timeout_s."""
+    plays = run_dir / "plays.json"
+    plays.write_text(json.dumps(items))
+    waves = math.ceil(len(items) / job.concurrency)
+    limits = SandboxLimits(job.episode_timeout_s * (RETRIES + 1) * waves + 120, job.check.memory_mb)
+    res = run_sandboxed("vibe.children.play_episodes",
+                        [str(root), *connect, "--plays", str(plays), "--episode-timeout", str(job.episode_timeout_s),
+                         "--retries", str(RETRIES)],
+                        root=root, name="train-step", limits=limits, readable=[run_dir, bridges])
+    if res.result is None:
+        why = "was stopped at its time limit" if res.timed_out else f"exited with code {res.returncode}"
+        raise VibeError(f"the client process {why} ({limits_note(limits)}); log tail:\n{res.log_tail or '(empty)'}")
+    records = res.result["episodes"]
+    failed = [r for r in records if "error" in r]
+    if failed:
+        # the groups of those tasks can never fill, so the servers would wait for them forever
+        tries = "" if failed[0].get("timed_out") else f" {RETRIES + 1} times"
+        raise VibeError(f"{len(failed)} play(s) failed{tries}; first: task {failed[0]['task_id']}: {failed[0]['error']}")
+    return records
 
 
 def _server_config(job: VibeJob, run_dir: Path, steps: int, groups_per_task: int):
@@ -121,14 +146,12 @@ def train(root: Path, run_dir: Path, steps: int, warm_start_steps: int = 0) -> N
     servers: list[ServerProcess] = []
     try:
         job = VibeJob.load(root / CONFIG_FILE)
-        module = load_module(root, CLIENT_FILE)
-        run = contract_function(module, CLIENT_FILE)
         tasks = read_jsonl(root / TRAIN_FILE)[0]
         if warm_start_steps > 0:
             _write_status(run_dir, state="warm-start", step=0, steps=steps, flags=flags)
             job = warm_start(job, tasks, run_dir, warm_start_steps)
         B, N = job.swarm.pool.batch_size, job.swarm.pool.group_size
-        roles = client_roles(module)
+        roles = _client_roles(root, job)
         # roles per server: each role of a task is its own group there
         sides = split_roles(roles, job.second_server_roles) if roles else [[]]
         with ExitStack() as stack:
@@ -149,8 +172,15 @@ def train(root: Path, run_dir: Path, steps: int, warm_start_steps: int = 0) -> N
             logged = max((r["step"] for r in read_rewards(run_dir)), default=0)
             if step > logged:  # a restarted server trained its journal's full batches before we played
                 _append_rows(run_dir, replayed_rows(logged, step + 1, read_run_metrics(run_dir)))
-            second = {r: clients[1] for r in sides[1]} if len(sides) > 1 else {}
-            pool = stack.enter_context(ThreadPoolExecutor(job.concurrency))
+            # client code runs in the sandbox, which reaches each server's port over a unix socket
+            bridges = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="vibe-bridge-")))
+            connect: list[str] = []
+            for i, server in enumerate(servers):
+                sock = bridges / f"server-{i + 1}.sock"
+                stack.enter_context(UnixToTcp(sock, urlsplit(server.url).port))
+                tag = "" if i == 0 else f"-{i + 1}"
+                connect += [f"--url-{i + 1}", server.url, f"--token-file-{i + 1}", str(run_dir / f"admin_token{tag}"),
+                            f"--bridge-{i + 1}", str(sock)]
             print(f"[vibe] {len(clients)} server(s) ROLLING at step {step}: {job.swarm.model.name}, {B} tasks x {N} "
                   "plays per step" + "".join(f"; server {i + 1}: {', '.join(side)}" for i, side in enumerate(sides) if side),
                   flush=True)
@@ -159,14 +189,10 @@ def train(root: Path, run_dir: Path, steps: int, warm_start_steps: int = 0) -> N
                 batch = [tasks[(step * B + k) % len(tasks)] for k in range(B)]
                 # a task is (step, position): a task drawn twice is two groups of N, never one of 2N
                 items = [(f"s{step}:{k}:{t['id']}", t) for k, t in enumerate(batch) for _ in range(N)]
-                outs = list(pool.map(
-                    lambda item: _play_retrying(clients[0], run, roles, item, job.sampling, second), items))
-                episodes = [r for records, _ in outs for r in records]
-                failures = [err for _, err in outs if err]
-                if failures:
-                    # the groups of those tasks can never fill, so the servers would wait for them forever
-                    raise VibeError(f"{len(failures)} play(s) failed {RETRIES + 1} times at step {step + 1}; "
-                                    f"first: {failures[0]}")
+                try:
+                    episodes = _play_step(root, run_dir, job, items, connect, bridges)
+                except VibeError as e:
+                    raise VibeError(f"step {step + 1}: {e}") from None
                 before, step = step, min(c.wait_for_step(step + 1, timeout=3600)["global_step"] for c in clients)
                 if step > before + 1:  # the server also trained episodes replayed from its journal
                     _append_rows(run_dir, replayed_rows(before, step, read_run_metrics(run_dir)))
@@ -174,7 +200,7 @@ def train(root: Path, run_dir: Path, steps: int, warm_start_steps: int = 0) -> N
                 spreads = group_spreads(episodes)
                 mean, std = mean_std(totals)
                 record = {"step": step, "reward_mean": mean, "reward_std": std, "episodes": len(totals),
-                          "failed": len(failures), "groups": len(spreads),
+                          "groups": len(spreads),
                           "flat_groups": sum(1 for s in spreads.values() if s == 0.0),
                           "components": component_stats(episodes)}
                 if roles:  # each side's own figures (in a shared game the sides' win rates sum to one)
