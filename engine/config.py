@@ -87,6 +87,18 @@ class TrainingConfig(_Frozen):
     max_grad_norm: float = Field(1.0, gt=0)
     max_steps: int | None = Field(None, ge=1, description="Stop training after this many steps (None: until stopped).")
     checkpoint_every: int = Field(1, ge=0, description="Checkpoint every k steps (0: never). Pool contents are saved too.")
+    checkpoint_every_s: float = Field(
+        0.0,
+        ge=0,
+        description="Time basis (0: off): of the steps `checkpoint_every` names, write only those that end at "
+        "least this many seconds after the last checkpoint (or the server's start). A crash then loses at most "
+        "this long plus one step and one checkpoint write of training, retrained from the pool's journal.",
+    )
+    final_checkpoint: bool = Field(
+        True,
+        description="Write the weights when max_steps is reached (without optimizer state: training is over). "
+        "Off for jobs that delete their checkpoints at the end anyway. Needs checkpoint_every > 0.",
+    )
     merge: Literal["off", "token", "text"] = Field(
         "token", description="Timeline merging: token ids (exact) or text (merges more, tolerates tokenizer drift)."
     )

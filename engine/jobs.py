@@ -128,6 +128,8 @@ class TrainJob(BaseModel):
     def server_config(self, run_dir: Path) -> SwarmConfig:
         """The one mapping of a single-server job to its server: run dir, and the mix as client shares."""
         update: dict = {"run_dir": str(run_dir)}
+        if not self.keep_final_checkpoint:  # deleted when the job succeeds: not worth writing
+            update["training"] = self.swarm.training.model_copy(update={"final_checkpoint": False})
         if self.mix:
             B = self.swarm.pool.batch_size
             shares = {t: n / B for t, n in self.tasks_per_batch().items()}

@@ -22,14 +22,20 @@ __all__ = ["DEFAULT_BASE_JOB", "LAUNCH_COMMAND", "DesignError", "stage_blueprint
 # What every run of a user's goal does unless the goal, --model or --set say otherwise: it trains the real
 # embedded model (SmolLM2-135M; `tiny` is a random-weight test fixture that cannot learn), and is scored by
 # greedy accuracy on a fixed held-out set of 64 problems at step 0 and at the end (the training reward of
-# a few sampled episodes per step is too noisy to separate arms). Checkpoints every step, so a crashed
-# attempt resumes where it was, and deleted once the run succeeds: a campaign of 20 SmolLM2 runs would
-# otherwise leave 60 GB of weights and optimizer state behind.
+# a few sampled episodes per step is too noisy to separate arms). Checkpoints on a time basis, at most one
+# per CHECKPOINT_EVERY_S: a crashed attempt resumes from the last one and retrains at most that long plus
+# one step (the pool's journal keeps the episodes), where a checkpoint every step wrote 1.6 GB of SmolLM2
+# weights and AdamW state per step. None at the end, and all deleted once the run succeeds: a campaign of
+# 20 SmolLM2 runs would otherwise leave 60 GB behind.
+CHECKPOINT_EVERY_S = 120.0
 DEFAULT_BASE_JOB: dict[str, Any] = {
     "eval_size": 64,
     "concurrency": 32,
     "keep_final_checkpoint": False,
-    "swarm": {"model": {"name": "smollm2-135m"}, "training": {"checkpoint_every": 1}},
+    "swarm": {
+        "model": {"name": "smollm2-135m"},
+        "training": {"checkpoint_every": 1, "checkpoint_every_s": CHECKPOINT_EVERY_S},
+    },
 }
 
 

@@ -653,6 +653,7 @@ class SwarmServer:
         try:
             t0 = time.perf_counter()
             metrics = await asyncio.to_thread(backend.train_step, batch)
+            t_trained = time.perf_counter()
             self._uncheckpointed.extend(batch)
             # With checkpoints off (checkpoint_every 0) weights are never durable and a restart begins
             # from the initial model, so there is nothing to wait for: a trained batch is consumed now.
@@ -661,7 +662,14 @@ class SwarmServer:
             if wrote or self.config.training.checkpoint_every == 0:
                 self.pool.mark_trained(self._uncheckpointed)  # written in order, after every add it names
                 self._uncheckpointed = []
-            metrics = {**metrics, "step_time_s": time.perf_counter() - t0}
+            t_end = time.perf_counter()
+            # The run-cost breakdown (benchmarks/run_cost.py): the update, the checkpoint write, their sum.
+            metrics = {
+                **metrics,
+                "step_time_s": t_end - t0,
+                "update_s": t_trained - t0,
+                "checkpoint_s": t_end - t_trained,
+            }
             if self.config.collaboration is not None:
                 metrics["cross_dropped_empty"] = float(self._cross_dropped)
                 self._cross_dropped = 0

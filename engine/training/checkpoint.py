@@ -1,7 +1,10 @@
 """Checkpoint layout in a run directory, written so a crash at any instant leaves a loadable state.
 
     run_dir/checkpoints/step-000012/   weights (HF safetensors dir) or LoRA adapter (peft dir),
-                                       optimizer.pt, state.json {"global_step": 12, ...}
+                                       optimizer.pt, state.json {"global_step": 12, "optimizer": true, ...}
+
+The checkpoint at max_steps holds no optimizer.pt (`"optimizer": false`): training is over, so nothing
+resumes from its AdamW moments, and they are two thirds of a full fine-tune's bytes.
     run_dir/checkpoints/latest         name of the newest complete checkpoint
 
 A checkpoint is written into a temporary directory, fsynced and renamed; `latest` is replaced atomically
@@ -29,6 +32,25 @@ def latest_checkpoint(run_dir: str | Path | None) -> Path | None:
         return None
     path = checkpoints_dir(run_dir) / pointer.read_text().strip()
     return path if (path / "state.json").exists() else None
+
+
+def checkpoint_due(
+    step: int,
+    *,
+    every_steps: int,
+    every_s: float,
+    seconds_since_last: float,
+    max_steps: int | None,
+    final: bool,
+) -> bool:
+    """Whether the step that just ended is written. Step basis: every `every_steps`-th step (0: never).
+    Time basis (`every_s` > 0): of those, only one ending at least `every_s` seconds after the last write.
+    The step reaching `max_steps` is written iff `final` (and checkpoints are on at all)."""
+    if every_steps == 0:
+        return False
+    if max_steps is not None and step >= max_steps:
+        return final
+    return step % every_steps == 0 and seconds_since_last >= every_s
 
 
 def read_state(ckpt: Path) -> dict[str, Any]:

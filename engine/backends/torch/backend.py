@@ -8,13 +8,14 @@ the trainer over the same module.
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 import torch
 
 from engine.config import SwarmConfig
 from engine.models import load_model
-from engine.training.checkpoint import commit_checkpoint, latest_checkpoint, read_state
+from engine.training.checkpoint import checkpoint_due, commit_checkpoint, latest_checkpoint, read_state
 from engine.training.metrics import MetricsLog
 from engine.types import EpisodeResult
 
@@ -62,12 +63,19 @@ class TorchBackend:
         self.metrics = MetricsLog(cfg.run_dir)
         if ckpt is not None:
             state = read_state(ckpt)
-            self.trainer.optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", weights_only=True))
+            if state.get("optimizer", True):
+                self.trainer.optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", weights_only=True))
+            else:
+                # Only the max_steps checkpoint drops the optimizer; training past it (a raised max_steps)
+                # restarts AdamW's moments from zero, like a fresh fine-tune of these weights.
+                log.warning("%s has no optimizer state (written at max_steps); AdamW starts afresh", ckpt)
             self.trainer.global_step = int(state["global_step"])
             self.trainer.load_extra_state(state)
             log.info("resumed from %s at step %d", ckpt, self.trainer.global_step)
         # Steps after the checkpoint (trained, then lost with the process) are trained again from here.
         dropped = self.metrics.supersede_after(self.trainer.global_step)
+        # The time basis counts from here: a restart's first checkpoint comes at most every_s later.
+        self._last_checkpoint_at = time.monotonic()
         if dropped:
             log.info("superseded %d metrics records after step %d", dropped, self.trainer.global_step)
 
@@ -97,9 +105,17 @@ class TorchBackend:
         return metrics
 
     def checkpoint(self) -> bool:
-        every = self.cfg.training.checkpoint_every
-        if self.cfg.run_dir is None or every == 0 or self.global_step % every != 0:
+        t = self.cfg.training
+        if self.cfg.run_dir is None or not checkpoint_due(
+            self.global_step,
+            every_steps=t.checkpoint_every,
+            every_s=t.checkpoint_every_s,
+            seconds_since_last=time.monotonic() - self._last_checkpoint_at,
+            max_steps=t.max_steps,
+            final=t.final_checkpoint,
+        ):
             return False
+        with_optimizer = t.max_steps is None or self.global_step < t.max_steps
 
         def write(tmp: Path) -> None:
             if self.cfg.lora.enabled:
@@ -107,14 +123,21 @@ class TorchBackend:
             else:
                 self.model.save_pretrained(tmp / "model", safe_serialization=True)
                 self.tokenizer.save_pretrained(tmp / "model")
-            torch.save(self.trainer.optimizer.state_dict(), tmp / "optimizer.pt")
+            if with_optimizer:
+                torch.save(self.trainer.optimizer.state_dict(), tmp / "optimizer.pt")
 
         commit_checkpoint(
             self.cfg.run_dir,
             self.global_step,
             write,
-            {"model": self.cfg.model.name, "lora": self.cfg.lora.enabled, **self.trainer.extra_state()},
+            {
+                "model": self.cfg.model.name,
+                "lora": self.cfg.lora.enabled,
+                "optimizer": with_optimizer,
+                **self.trainer.extra_state(),
+            },
         )
+        self._last_checkpoint_at = time.monotonic()
         return True
 
     def close(self) -> None:
