@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from a3r.leader.blueprints import DEFAULT_BASE_JOB
+from a3r.leader.blueprints import CHECKPOINT_EVERY_S, DEFAULT_BASE_JOB
 from a3r.leader.cli_commands import add_leader_commands
 from a3r.leader.costs import RUN_COST
 from a3r.leader.design import ResearchBudget
@@ -18,9 +18,12 @@ GOAL = "Which learning rate trains arithmetic best: 3e-6, 1.5e-5 or 6e-5?"
 
 def _smollm2_run_s(steps: int) -> float:
     """One run of the default job by hand: 4 tasks x 4 episodes per step, 64 held-out items at step 0 and
-    at the end, a checkpoint every step."""
+    at the end, a checkpoint at the first step ending 120 s (CHECKPOINT_EVERY_S) after the last, none at
+    the end (the job deletes them)."""
     c = RUN_COST["smollm2-135m"]
-    return c.start + steps * (c.step + c.per_episode * 16) + 2 * 64 * c.per_item + steps * c.per_checkpoint
+    step_s = c.step + c.per_episode * 16
+    writes = (steps - 1) // math.ceil(CHECKPOINT_EVERY_S / step_s)
+    return c.start + steps * step_s + 2 * 64 * c.per_item + writes * c.per_checkpoint
 
 
 def test_a_budget_whose_runs_cannot_hold_the_first_comparison_says_what_would():
@@ -46,9 +49,11 @@ def test_a_wall_budget_the_cost_model_says_is_too_short_gets_the_one_that_holds_
 def test_checkpoints_and_evaluations_are_in_the_estimate():
     goal = parse_goal(GOAL)
     quiet = {**DEFAULT_BASE_JOB, "swarm": {**DEFAULT_BASE_JOB["swarm"], "training": {"checkpoint_every": 0}}}
-    with_ckpt = plan_campaign(goal, ResearchBudget(), DEFAULT_BASE_JOB).eta_s
+    every_step = {**DEFAULT_BASE_JOB, "swarm": {**DEFAULT_BASE_JOB["swarm"], "training": {"checkpoint_every": 1}}}
+    with_ckpt = plan_campaign(goal, ResearchBudget(), every_step).eta_s
     without = plan_campaign(goal, ResearchBudget(), quiet).eta_s
-    assert math.isclose(with_ckpt - without, 9 * 20 * RUN_COST["smollm2-135m"].per_checkpoint, rel_tol=1e-9)
+    # 9 runs x 19 writes: every step but the last (keep_final_checkpoint false: no write at max_steps)
+    assert math.isclose(with_ckpt - without, 9 * 19 * RUN_COST["smollm2-135m"].per_checkpoint, rel_tol=1e-9)
 
 
 def test_the_plan_command_prints_the_verdict(tmp_path, monkeypatch, capsys):
