@@ -42,6 +42,11 @@ def verl_overrides(cfg: SwarmConfig, *, model_path: str) -> dict[str, Any]:
             f"training.mini_batch_size ({t.mini_batch_size}) must be a multiple of it; set it to "
             f"{max(p.group_size, t.mini_batch_size // p.group_size * p.group_size)}"
         )
+    if t.checkpoint_every_s > 0:
+        raise ConfigError(
+            "training.checkpoint_every_s is a torch-backend policy; verl's checkpoint manager saves on a step "
+            "basis only: set training.checkpoint_every instead and checkpoint_every_s to 0"
+        )
     prompt_len = e.max_context_tokens - e.max_tokens_default
     if prompt_len < 1:
         raise ConfigError(

@@ -72,6 +72,7 @@ def test_overrides_lora_and_sum_norm():
         ({"episodes": {"max_context_tokens": 256, "max_tokens_default": 256}}, "leaves no room for a prompt"),
         ({"verl": {"n_gpus_per_node": 3, "rollout_tensor_parallel_size": 2}}, "must divide the 3 GPUs"),
         ({"lora": {"enabled": True, "rank": 1024}}, "exceeds vLLM's largest LoRA rank 512"),
+        ({"training": {"mini_batch_size": 16, "checkpoint_every_s": 60.0}}, "step basis only"),
     ],
 )
 def test_what_verl_cannot_express_is_refused_naming_the_field(data, match):
