@@ -142,10 +142,10 @@ def child(spec: dict[str, Any]) -> None:
     items: list[int] = []
     evaluate = jobs.evaluate
 
-    def timed_evaluate(client, job_, held_out, *args, **kwargs):
-        items.append(len(held_out))
+    def timed_evaluate(*args, **kwargs):
+        items.append(len(args[2] if len(args) > 2 else kwargs["items"]))  # evaluate(client, job, items, ...)
         with timer("eval_s"):
-            return evaluate(client, job_, held_out, *args, **kwargs)
+            return evaluate(*args, **kwargs)
 
     jobs.evaluate = timed_evaluate
     run_dir = Path(spec["run_dir"])

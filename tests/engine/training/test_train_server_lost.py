@@ -93,6 +93,27 @@ def test_a_killed_server_is_restarted_and_retrained_steps_replace_their_metrics(
 
 
 @pytest.mark.slow
+def test_a3r_checkpoint_policy_recovers_a_killed_server_and_leaves_no_checkpoint(tmp_path):
+    """A3R's default policy (at most one checkpoint per 120 s, none at the end, all deleted on success):
+    a server killed after step 1 has nothing durable, restarts from the model and its journal, finishes."""
+    swarm = {
+        "model": {"name": "tiny"},
+        "pool": {"batch_size": 2, "group_size": 2},
+        "training": {
+            "max_steps": 3, "mini_batch_size": 4, "micro_batch_size": 2,
+            "checkpoint_every": 1, "checkpoint_every_s": 120.0,
+        },
+    }
+    proc, run_dir, err = _train_and_kill_once(tmp_path, swarm=swarm, keep_final_checkpoint=False)
+    assert proc.returncode == 0, err[-3000:]
+    assert "restarting it from the last checkpoint (restart 1 of at most 3" in err
+    rolling = [int(s) for s in re.findall(r"server ROLLING at step (\d+)", err)]
+    assert len(rolling) == 2 and rolling[0] == 0 and rolling[1] in (0, 1), err[-3000:]
+    assert _steps(run_dir / "metrics.jsonl") == [1, 2, 3]
+    assert not (run_dir / "checkpoints").exists() and "Traceback" not in err
+
+
+@pytest.mark.slow
 def test_a_server_that_keeps_dying_ends_swarm_train_with_a_clear_message(tmp_path):
     proc, run_dir, err = _train_and_kill_once(tmp_path, after_step_1=False, max_server_restarts=0)
     assert proc.returncode == 1, err[-3000:]
