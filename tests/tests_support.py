@@ -117,7 +117,7 @@ def serve_process(run_dir, port: int, *extra: str):
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 300  # a loaded 2-core machine: the wait ends as soon as the server answers
     while time.monotonic() < deadline:
         try:
             httpx.get(f"http://127.0.0.1:{port}/health", timeout=0.5)

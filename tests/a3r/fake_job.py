@@ -27,6 +27,7 @@ p.add_argument(
     "--oom-above", type=int, default=-1, help="fail with CUDA OOM when training.micro_batch_size exceeds this"
 )
 p.add_argument("--corrupt", action="store_true", help="write garbage metric lines among good ones")
+p.add_argument("--hold-file", default=None, help="after the last step, wait until this file exists before exiting")
 args = p.parse_args()
 
 attempt = int(os.environ["A3R_ATTEMPT"])
@@ -89,4 +90,7 @@ with open(metrics, "a") as m:
         os.replace(tmp, ckpt)
     if args.corrupt:
         m.write('{"step": 999, "reward": 0.5')  # torn last line, no newline
+# A test that must act while the job is still running releases it by creating the file, whatever the speed.
+while args.hold_file and not Path(args.hold_file).exists():
+    time.sleep(0.05)
 print("done")

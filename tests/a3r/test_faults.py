@@ -64,29 +64,30 @@ def test_sigkill_worker_process(make_ws):
 def test_sigkill_monitor_and_restart(make_ws):
     # A long lease TTL: on a loaded machine a slow tick must not let the second monitor take over the
     # lease from a live first one (that takeover is legitimate, and tested in test_store, but not this test).
-    # Runs of 5 s (6 on 2 slots): the first monitor still has 10 s of work when the second one starts, so
-    # that one meets a held lease even when its interpreter is slow to start on a loaded machine.
+    # The jobs hold after their last step until the test releases them, so the first monitor is still busy
+    # (holding its lease) when the second one starts and when it is killed, however slowly either starts.
     ws = make_ws(slots=2, lease_ttl_s=60)
+    release = ws.root / "release-jobs"
     runs = ws.add_blueprints(
-        _stage(ws).id, [make_bp(job("--steps", "10", "--sleep", "0.5"), seeds=range(6), steps=10)]
+        _stage(ws).id,
+        [make_bp(job("--steps", "10", "--sleep", "0.1", "--hold-file", str(release)), seeds=range(6), steps=10, wall=900)],
     )
     ids = [r.id for r in runs]
     cmd = [sys.executable, "-m", "a3r", "--workspace", str(ws.root), "monitor", "--exit-when-idle"]
     first = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        wait_for(
-            lambda: len(ws.store.runs(states=["succeeded"])) >= 1 and ws.store.active_attempts(), timeout=30
-        )
-        second_try = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+        wait_for(lambda: len(ws.store.active_attempts()) >= 2, timeout=60)
+        second_try = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         assert second_try.returncode == 2 and "holds this store's scheduler lease" in second_try.stderr
         first.send_signal(signal.SIGKILL)
         first.wait()
     finally:
         kill_pid(first.pid)
+        release.touch()
     assert ws.store.lease().pid == first.pid, "a SIGKILLed monitor cannot release its lease"
     # workers carry on without a monitor: they finish and record their results
-    wait_for(lambda: not ws.store.active_attempts(), timeout=30)
-    restarted = subprocess.run(cmd, capture_output=True, text=True, timeout=90)
+    wait_for(lambda: not ws.store.active_attempts(), timeout=60)
+    restarted = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
     assert restarted.returncode == 0, restarted.stdout + restarted.stderr
     assert all(s == "succeeded" for s in ws.poll_runs(ids).states.values())
     for rid in ids:

@@ -69,7 +69,7 @@ JOB = textwrap.dedent(
     """
     import sys, time
     from engine.jobs import ServerProcess
-    srv = ServerProcess(None)
+    srv = ServerProcess(None, health_timeout_s=600)  # a loaded machine may take minutes; returns when up
     print(srv.proc.pid, flush=True)
     time.sleep(600)
     """
