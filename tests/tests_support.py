@@ -7,6 +7,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 ADMIN_TOKEN = "sk-admin-test-" + "x" * 24
 
 
+def child_pids(pid: int) -> list[int]:
+    """The live children of process `pid` (a job's own server, say), read from /proc."""
+    from pathlib import Path
+
+    return [int(c) for task in Path(f"/proc/{pid}/task").iterdir() for c in (task / "children").read_text().split()]
+
+
 def free_port() -> int:
     import socket
 

@@ -390,23 +390,9 @@ def next_stage(
     arms = _fit(props.arms, remaining)
     if not arms:
         return None
-    n_new = sum(1 for a in arms if (a.level, a.x) not in tested)
-    purpose = (
-        f"Stage {index}, {kind}: {len(arms)} arm(s) ({n_new} new value(s), {len(arms) - n_new} with added seeds), "
-        f"{sum(len(a.seeds) for a in arms)} run(s) of {budget.steps} steps."
-    )
     if len(arms) < len(props.arms):
         props.rationale.append(f"Trimmed to {remaining} run(s) left in the budget.")
-    return StageDesign(
-        index=index,
-        kind=kind,
-        purpose=purpose,
-        hypothesis=_hypothesis(goal),
-        arms=arms,
-        steps=budget.steps,
-        rationale=props.rationale,
-        rung_step=_rung(goal, budget, len(arms)) if kind == "refine" else None,
-    )
+    return _stage(goal, budget, stages, arms, kind, props.rationale, index)
 
 
 def _may_add_values(goal: Goal) -> bool:
@@ -475,7 +461,7 @@ def _explore_or_confirm(
     if n_arms == 0 or any(len(a) < 2 for a in per_level):
         # nothing to confirm at some level (no answer, or one arm): explore if the budget allows, else finish
         arms = _fit(props.arms, remaining) if done + 1 < budget.max_stages else []
-        return _stage(goal, budget, stages, arms, "refine", props.rationale, remaining, index) if arms else None
+        return _stage(goal, budget, stages, arms, "refine", props.rationale, index) if arms else None
     size = _confirmation_size(goal, budget, ev, max(len(a) for a in per_level))
     reserve = size.seeds * n_arms
     # explore only when the whole proposal fits beside the reserve: a trimmed exploration stage buys little
@@ -486,7 +472,7 @@ def _explore_or_confirm(
         props.rationale.append(
             f"{reserve} run(s) stay reserved for the confirmation ({size.seeds} fresh seed(s) x {n_arms} arm(s))."
         )
-        return _stage(goal, budget, stages, explore, "refine", props.rationale, remaining, index)
+        return _stage(goal, budget, stages, explore, "refine", props.rationale, index)
     seeds = min(size.seeds, remaining // n_arms)
     if seeds < budget.min_seeds:
         return None  # the runs left cannot hold a confirmation with labels: the answer stays unconfirmed
@@ -515,7 +501,7 @@ def _explore_or_confirm(
             f"{fmt(100 * _power_at(goal, budget, ev, size, seeds))}%, below 80%; "
             f"{size.runs_needed} confirmation run(s) would reach it."
         )
-    return _stage(goal, budget, stages, arms, "confirm", why, remaining, index)
+    return _stage(goal, budget, stages, arms, "confirm", why, index)
 
 
 def _power_at(goal: Goal, budget: ResearchBudget, ev: Evidence, size: ConfirmationSize, seeds: int) -> float:
@@ -529,9 +515,9 @@ def _stage(
     arms: list[Arm],
     kind: Literal["refine", "confirm"],
     rationale: list[str],
-    remaining: int,
     index: int,
 ) -> StageDesign:
+    """A stage of `arms` after `stages`: its purpose line counts the values not tested before."""
     tested = {(a.level, a.x) for st in stages for a in st.arms}
     n_new = sum(1 for a in arms if (a.level, a.x) not in tested)
     purpose = (

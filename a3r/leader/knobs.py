@@ -162,6 +162,16 @@ class Knob:
 
 _LORA = {"swarm.lora.enabled": True}
 
+# Names of the episodes in a batch: the batch size times the group size, so they map to batch size per group.
+_EPISODES_PER_BATCH = (
+    "episodes per batch",
+    "episodes per step",
+    "rollouts per batch",
+    "rollouts per step",
+    "samples per batch",
+    "samples per step",
+)
+
 KNOBS: tuple[Knob, ...] = (
     Knob(
         "batch size",
@@ -182,25 +192,10 @@ KNOBS: tuple[Knob, ...] = (
             "prompts per batch",
             "questions per step",
             "questions per batch",
-            "episodes per batch",
-            "episodes per step",
-            "rollouts per batch",
-            "rollouts per step",
-            "samples per batch",
-            "samples per step",
+            *_EPISODES_PER_BATCH,
         ),
         # a batch holds batch size x group size episodes (engine.pool: B tasks, N episodes each)
-        per={
-            alias: "swarm.pool.group_size"
-            for alias in (
-                "episodes per batch",
-                "episodes per step",
-                "rollouts per batch",
-                "rollouts per step",
-                "samples per batch",
-                "samples per step",
-            )
-        },
+        per={alias: "swarm.pool.group_size" for alias in _EPISODES_PER_BATCH},
     ),
     Knob(
         "group size",

@@ -14,17 +14,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from tests_support import child_pids
 
 from engine.training.audit import audit_run_dir
 
 EVAL_SIZE = 48
-
-
-def _children(pid: int) -> list[int]:
-    out = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        out += [int(c) for c in (task / "children").read_text().split()]
-    return out
 
 
 def _eval_rows(metrics: Path) -> list[dict]:
@@ -61,7 +55,7 @@ def test_an_evaluation_cut_short_by_a_killed_server_is_measured_again_in_full(tm
             time.sleep(0.02)
         time.sleep(1.0)  # the "before" evaluation's episodes are under way
         assert _eval_rows(metrics) == [], "the evaluation finished before the kill: lengthen it"
-        (server_pid,) = _children(proc.pid)
+        (server_pid,) = child_pids(proc.pid)
         os.kill(server_pid, signal.SIGKILL)
         proc.wait(timeout=400)
     finally:

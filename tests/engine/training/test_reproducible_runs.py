@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from tests_support import child_pids
 
 JOB = {
     "task": "arithmetic",
@@ -60,10 +61,6 @@ def _train(tmp_path: Path, name: str) -> Path:
     out = subprocess.run(_command(tmp_path, run_dir), capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     return run_dir
-
-
-def _children(pid: int) -> list[int]:
-    return [int(c) for task in Path(f"/proc/{pid}/task").iterdir() for c in (task / "children").read_text().split()]
 
 
 def _gone(pid: int) -> bool:
@@ -110,7 +107,7 @@ def test_a_job_killed_after_a_step_and_resumed_matches_the_undisturbed_run(tmp_p
             assert proc.poll() is None, (tmp_path / "first.err").read_text()[-3000:]
             assert time.monotonic() < deadline, "no training step within 300 s"
             time.sleep(0.02)
-        servers = _children(proc.pid)
+        servers = child_pids(proc.pid)
         proc.send_signal(signal.SIGKILL)  # the job itself, as a crash or the OOM killer would
         proc.wait(timeout=60)
         deadline = time.monotonic() + 60

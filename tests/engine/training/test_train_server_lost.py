@@ -15,15 +15,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from tests_support import child_pids
 
 from engine.training.metrics import MetricsLog
-
-
-def _children(pid: int) -> list[int]:
-    out = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        out += [int(c) for c in (task / "children").read_text().split()]
-    return out
 
 
 def _steps(metrics: Path) -> list[int]:
@@ -67,7 +61,7 @@ def _train_and_kill_once(tmp_path: Path, after_step_1: bool = True, **job_overri
             assert proc.poll() is None, stderr.read_text()[-3000:]
             assert time.monotonic() < deadline, "no training step within 240 s"
             time.sleep(0.02)
-        (server_pid,) = _children(proc.pid)
+        (server_pid,) = child_pids(proc.pid)
         os.kill(server_pid, signal.SIGKILL)
         proc.wait(timeout=240)
     finally:
