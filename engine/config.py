@@ -143,7 +143,7 @@ class InferenceConfig(_Frozen):
         "cache off: what a cached prefix holds depends on which requests ran before.",
     )
     prefix_cache_mib: int = Field(
-        0,
+        256,
         ge=0,
         description="MiB of KV the torch backend keeps so later prompts that start with the same tokens (a "
         "group's shared prompt, an episode's re-sent history) skip prefilling them; least recently used "

@@ -312,3 +312,34 @@ def test_the_backend_turns_the_cache_off_for_batch_invariant_runs():
     finally:
         on.close()
         off.close()
+
+
+def test_cached_rows_join_a_running_batch_with_n_choices_and_stop_strings(tiny, engines, prompts):
+    """Cache hits whose prefill (past + holes in the mask) joins rows already decoding, with n > 1 choices
+    expanded from one prefill row and a stop string: still what the uncached engine produces."""
+    long = SamplingParams(max_new_tokens=20, temperature=0.0)
+    joiners = [
+        (prompts[1] + [28, 5, 29], SamplingParams(max_new_tokens=6, temperature=1.0, n=2, seed=7)),
+        (prompts[3], SamplingParams(max_new_tokens=9, temperature=1.0, seed=8, stop=("a",))),
+    ]
+
+    async def main(eng):
+        warm = [(await eng.generate(p, SamplingParams(max_new_tokens=3, temperature=0.0)))[0] for p in prompts[1::2]]
+        loop = asyncio.get_running_loop()
+        started, seen = asyncio.Event(), []
+
+        def on_token(i, tok):
+            seen.append(tok)
+            if len(seen) == 6:
+                loop.call_soon_threadsafe(started.set)
+
+        first = asyncio.create_task(eng.generate(prompts[0], long, on_token=on_token))
+        await started.wait()
+        later = await asyncio.gather(*[eng.generate(p, s) for p, s in joiners])
+        return warm + (await first) + [c for choices in later for c in choices]
+
+    ref, got = run(main(engines[0])), run(main(engines[1]))
+    order = list(prompts[1::2]) + [prompts[0]] + [joiners[0][0]] * 2 + [joiners[1][0]]
+    for prompt, a, b in zip(order, ref, got, strict=True):
+        _assert_same(tiny.model, prompt, a, b)
+    assert engines[1].prefix_cache.stats.hits >= 2 and engines[1].stats.max_rows >= 3
