@@ -51,7 +51,9 @@ def calculator_prompt(tokenizer: Any, index: int) -> list[int]:
     """The first call of a calculator episode: its user message with the tool schema, as the server renders it."""
     item = CalculatorAgent().dataset(index + 1, seed=0)[index]
     msgs = [{"role": "user", "content": item.prompt}]
-    return list(tokenizer.apply_chat_template(msgs, tools=TOOLS, add_generation_prompt=True, return_dict=False))
+    return list(
+        tokenizer.apply_chat_template(msgs, tools=TOOLS, add_generation_prompt=True, return_dict=False)
+    )
 
 
 def tool_turn(tokenizer: Any, value: int) -> list[int]:
@@ -66,7 +68,9 @@ def tool_turn(tokenizer: Any, value: int) -> list[int]:
     return tokenizer.encode(text.split(PLACEHOLDER, 1)[1], add_special_tokens=False)
 
 
-async def episode(engine, tokenizer, prompt: list[int], calls: int, new_tokens: int, seed: int) -> list[list[int]]:
+async def episode(
+    engine, tokenizer, prompt: list[int], calls: int, new_tokens: int, seed: int
+) -> list[list[int]]:
     out = []
     for k in range(calls):
         params = SamplingParams(max_new_tokens=new_tokens, temperature=1.0, seed=seed * 1000 + k)
@@ -77,14 +81,19 @@ async def episode(engine, tokenizer, prompt: list[int], calls: int, new_tokens: 
 
 
 async def episodes(engine, tokenizer, prompts, calls, new_tokens) -> list[list[int]]:
-    runs = await asyncio.gather(*[episode(engine, tokenizer, p, calls, new_tokens, i) for i, p in enumerate(prompts)])
+    runs = await asyncio.gather(
+        *[episode(engine, tokenizer, p, calls, new_tokens, i) for i, p in enumerate(prompts)]
+    )
     return [ids for run in runs for ids in run]
 
 
 async def group(engine, prompt, size: int, waves: int, new_tokens: int) -> list[list[int]]:
     out, per_wave = [], -(-size // waves)
     for start in range(0, size, per_wave):
-        params = [SamplingParams(max_new_tokens=new_tokens, temperature=1.0, seed=s) for s in range(start, min(size, start + per_wave))]
+        params = [
+            SamplingParams(max_new_tokens=new_tokens, temperature=1.0, seed=s)
+            for s in range(start, min(size, start + per_wave))
+        ]
         done = await asyncio.gather(*[engine.generate(prompt, p) for p in params])
         out += [c.token_ids for (c,) in done]
     return out
@@ -119,14 +128,18 @@ def measure(loaded, arm: str, workload, cache_bytes: int) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="smollm2-135m", help="model name as in ModelConfig (default smollm2-135m)")
+    ap.add_argument(
+        "--model", default="smollm2-135m", help="model name as in ModelConfig (default smollm2-135m)"
+    )
     ap.add_argument("--calls", type=int, default=12, help="calls per calculator episode")
     ap.add_argument("--episodes", type=int, default=1, help="concurrent calculator episodes")
     ap.add_argument("--group-size", type=int, default=8, help="calls of one prompt in the group workload")
     ap.add_argument("--waves", type=int, default=2, help="the group's calls arrive in this many waves")
     ap.add_argument("--new-tokens", type=int, default=32, help="tokens sampled per call")
     ap.add_argument("--cache-mib", type=int, default=256, help="the cached arm's prefix_cache budget")
-    ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's choice)")
+    ap.add_argument(
+        "--threads", type=int, default=None, help="torch.set_num_threads (default: torch's choice)"
+    )
     ap.add_argument("--repeats", type=int, default=3, help="interleaved repeats of both arms")
     ap.add_argument("--out", type=Path, required=True, help="write the results as JSON here")
     args = ap.parse_args(argv)

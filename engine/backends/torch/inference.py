@@ -98,7 +98,12 @@ class TorchInferenceEngine:
         self._threads = torch.get_num_threads()
         self.prefix_cache = PrefixCache(prefix_cache_bytes) if prefix_cache_bytes else None
         self._batch = DecodeBatch(
-            model, tokenizer, set(self.stop_token_ids), ensure_pad_token(tokenizer), self.stats, self.prefix_cache
+            model,
+            tokenizer,
+            set(self.stop_token_ids),
+            ensure_pad_token(tokenizer),
+            self.stats,
+            self.prefix_cache,
         )
         # Shared with the compute thread, guarded by _cond.
         self._cond = threading.Condition()

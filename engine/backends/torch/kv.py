@@ -84,7 +84,9 @@ def cache_kwarg(model: Any) -> str:
     return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
 
 
-def row_kv(cache: DynamicCache, mask: torch.Tensor, row: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+def row_kv(
+    cache: DynamicCache, mask: torch.Tensor, row: int
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """Copies of row `row`'s keys and values at its real (unmasked) positions: [H, T, D] per layer."""
     cols = mask[row].nonzero().squeeze(-1)
     keys, values = [], []

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from dataclasses import replace
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -49,7 +49,11 @@ def logprob_tolerance(model, context: int) -> float:
     model = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft
     c = model.config
     n = chained_sum_length(
-        c.num_hidden_layers, c.hidden_size, c.hidden_size // c.num_attention_heads, c.intermediate_size, context
+        c.num_hidden_layers,
+        c.hidden_size,
+        c.hidden_size // c.num_attention_heads,
+        c.intermediate_size,
+        context,
     )
     head = model.get_output_embeddings().weight.float()
     norm_gain = model.model.norm.weight.float().abs().max().item()
@@ -143,7 +147,9 @@ async def _episode(eng, first_prompt, calls, params):
     """A multi-turn episode: every call re-sends the history (prompt + reply + a tool's answer)."""
     prompt, out = list(first_prompt), []
     for k in range(calls):
-        (c,) = await eng.generate(prompt, replace(params, seed=None if params.seed is None else params.seed + k))
+        (c,) = await eng.generate(
+            prompt, replace(params, seed=None if params.seed is None else params.seed + k)
+        )
         out.append((list(prompt), c))
         prompt = prompt + c.token_ids + [28, 5 + k, 29, 198]  # the tool's reply, as a chat template would add
     return out
@@ -151,10 +157,15 @@ async def _episode(eng, first_prompt, calls, params):
 
 @pytest.mark.parametrize(
     "params",
-    [SamplingParams(max_new_tokens=10, temperature=0.0), SamplingParams(max_new_tokens=10, temperature=1.0, top_p=0.9, seed=5)],
+    [
+        SamplingParams(max_new_tokens=10, temperature=0.0),
+        SamplingParams(max_new_tokens=10, temperature=1.0, top_p=0.9, seed=5),
+    ],
     ids=["greedy", "seeded"],
 )
-def test_a_multi_turn_episode_reuses_its_history_and_matches_the_uncached_path(tiny, engines, prompts, params):
+def test_a_multi_turn_episode_reuses_its_history_and_matches_the_uncached_path(
+    tiny, engines, prompts, params
+):
     plain, cached = engines
     ref = run(_episode(plain, prompts[1], 5, params))
     got = run(_episode(cached, prompts[1], 5, params))
@@ -174,8 +185,12 @@ def test_identical_prompts_in_later_waves_reuse_the_first_prefill(tiny, engines,
     group = [prompts[3]] * 3 + [prompts[1]] * 3
 
     async def waves(eng):
-        first = await asyncio.gather(*[eng.generate(p, s) for p, s in zip(group[::2], seeds[::2], strict=True)])
-        second = await asyncio.gather(*[eng.generate(p, s) for p, s in zip(group[1::2], seeds[1::2], strict=True)])
+        first = await asyncio.gather(
+            *[eng.generate(p, s) for p, s in zip(group[::2], seeds[::2], strict=True)]
+        )
+        second = await asyncio.gather(
+            *[eng.generate(p, s) for p, s in zip(group[1::2], seeds[1::2], strict=True)]
+        )
         return [c for (c,) in first + second]
 
     ref, got = run(waves(plain := engines[0])), run(waves(engines[1]))
@@ -185,7 +200,10 @@ def test_identical_prompts_in_later_waves_reuse_the_first_prefill(tiny, engines,
     # The second wave's two distinct prompts each reuse all but their last token.
     assert engines[1].prefix_cache.stats.hits == 2
     assert engines[1].prefix_cache.stats.reused_tokens == len(prompts[3]) - 1 + len(prompts[1]) - 1
-    assert engines[1].stats.prefill_tokens == plain.stats.prefill_tokens - engines[1].prefix_cache.stats.reused_tokens
+    assert (
+        engines[1].stats.prefill_tokens
+        == plain.stats.prefill_tokens - engines[1].prefix_cache.stats.reused_tokens
+    )
 
 
 def test_logprobs_keep_their_meaning_under_the_cache(tiny, engines, prompts):
@@ -278,11 +296,14 @@ def test_a_lora_model_is_cached_and_an_adapter_update_invalidates(tiny, prompts)
     from peft import LoraConfig, get_peft_model
 
     model = get_peft_model(
-        copy.deepcopy(tiny.model), LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", init_lora_weights=False)
+        copy.deepcopy(tiny.model),
+        LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", init_lora_weights=False),
     )
     model.eval()
     plain = TorchInferenceEngine(model, tiny.tokenizer, stop_token_ids=tiny.end_of_turn_ids)
-    cached = TorchInferenceEngine(model, tiny.tokenizer, stop_token_ids=tiny.end_of_turn_ids, prefix_cache_bytes=CACHE)
+    cached = TorchInferenceEngine(
+        model, tiny.tokenizer, stop_token_ids=tiny.end_of_turn_ids, prefix_cache_bytes=CACHE
+    )
     params = SamplingParams(max_new_tokens=8, temperature=0.9, seed=3)
     lora = next(p for n, p in model.named_parameters() if "lora_B" in n)
     try:
@@ -305,7 +326,9 @@ def test_the_backend_turns_the_cache_off_for_batch_invariant_runs():
     from engine.config import SwarmConfig
 
     on = TorchBackend(SwarmConfig.model_validate({"inference": {"prefix_cache_mib": 8}}))
-    off = TorchBackend(SwarmConfig.model_validate({"inference": {"prefix_cache_mib": 8, "batch_invariant": True}}))
+    off = TorchBackend(
+        SwarmConfig.model_validate({"inference": {"prefix_cache_mib": 8, "batch_invariant": True}})
+    )
     try:
         assert on.inference.prefix_cache is not None and on.inference.prefix_cache.budget_bytes == 8 << 20
         assert off.inference.prefix_cache is None
@@ -324,7 +347,10 @@ def test_cached_rows_join_a_running_batch_with_n_choices_and_stop_strings(tiny, 
     ]
 
     async def main(eng):
-        warm = [(await eng.generate(p, SamplingParams(max_new_tokens=3, temperature=0.0)))[0] for p in prompts[1::2]]
+        warm = [
+            (await eng.generate(p, SamplingParams(max_new_tokens=3, temperature=0.0)))[0]
+            for p in prompts[1::2]
+        ]
         loop = asyncio.get_running_loop()
         started, seen = asyncio.Event(), []
 
