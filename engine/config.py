@@ -143,13 +143,15 @@ class InferenceConfig(_Frozen):
         "cache off: what a cached prefix holds depends on which requests ran before.",
     )
     prefix_cache_mib: int = Field(
-        256,
+        0,
         ge=0,
         description="MiB of KV the torch backend keeps so later prompts that start with the same tokens (a "
         "group's shared prompt, an episode's re-sent history) skip prefilling them; least recently used "
         "prefixes are evicted past this budget, and all are dropped whenever the weights change. Outputs match "
         "the uncached path up to float rounding (the same as batching with other rows causes). SmolLM2-135M "
-        "float32 holds ~45 KiB per token. 0: off, every prompt is prefilled whole. Ignored with batch_invariant.",
+        "float32 holds ~45 KiB per token; 256 is a reasonable budget. 0 (default): off, every prompt is prefilled "
+        "whole, and a request repeated alone gives bit-identical log-probs (with the cache, equal within "
+        "rounding: its last prompt token runs in another matmul shape). Ignored with batch_invariant.",
     )
 
 
