@@ -369,3 +369,37 @@ def test_cached_rows_join_a_running_batch_with_n_choices_and_stop_strings(tiny, 
     for prompt, a, b in zip(order, ref, got, strict=True):
         _assert_same(tiny.model, prompt, a, b)
     assert engines[1].prefix_cache.stats.hits >= 2 and engines[1].stats.max_rows >= 3
+
+
+def test_the_server_records_the_same_tokens_and_logprobs_with_the_cache(live_server):
+    """Through the real server (chat template, exact_history, tracking): a 3-call episode records the same
+    tokens and, within the derived bound, the same per-token log-probs with the cache as without."""
+    from engine.config import SwarmConfig
+
+    def episode(srv) -> list[dict]:
+        with srv.client() as c:
+            ep = c.begin_episode("multi-turn")
+            llm, msgs = ep.openai(), [{"role": "user", "content": "What is 2 + 3?"}]
+            for k in range(3):
+                out = llm.chat.completions.create(model="tiny", messages=msgs, max_tokens=6, temperature=0)
+                msgs += [
+                    {"role": "assistant", "content": out.choices[0].message.content},
+                    {"role": "user", "content": f"And plus {k}?"},
+                ]
+            ep.end(1.0)
+            token = c._http.headers["Authorization"][7:]
+            pool = c._http.get(srv.url + "/swarm/pool/episodes", headers={"Authorization": f"Bearer {token}"})
+        (recorded,) = pool.json()["episodes"]
+        return [b for tl in recorded["timelines"] for b in tl["blocks"]]
+
+    plain = live_server(SwarmConfig())
+    cached = live_server(SwarmConfig(inference={"prefix_cache_mib": 16}))
+    ref, got = episode(plain), episode(cached)
+    assert cached.server.backend.inference.prefix_cache.stats.hits == 2  # calls 2 and 3
+    assert [b["token_ids"] for b in got] == [b["token_ids"] for b in ref]
+    model = cached.server.backend.model
+    tol = logprob_tolerance(model, sum(len(b["token_ids"]) for b in ref))
+    for a, b in zip(ref, got, strict=True):
+        assert (a["logprobs"] is None) == (b["logprobs"] is None)
+        if a["logprobs"] is not None:
+            assert max(abs(x - y) for x, y in zip(a["logprobs"], b["logprobs"], strict=True)) <= tol
