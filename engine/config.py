@@ -139,7 +139,19 @@ class InferenceConfig(_Frozen):
         "each episode's seeded stream either way; batched forward passes still round a row's logits "
         "differently (~1e-6) with the rows beside it, which moves recorded logprobs and so the training "
         "metrics. On: every number repeats bit for bit on the same machine and thread count, at the cost of "
-        "batching's throughput (docs/engine.md, reproducible runs). torch backend only.",
+        "batching's throughput (docs/engine.md, reproducible runs). torch backend only. Turns the prefix "
+        "cache off: what a cached prefix holds depends on which requests ran before.",
+    )
+    prefix_cache_mib: int = Field(
+        0,
+        ge=0,
+        description="MiB of KV the torch backend keeps so later prompts that start with the same tokens (a "
+        "group's shared prompt, an episode's re-sent history) skip prefilling them; least recently used "
+        "prefixes are evicted past this budget, and all are dropped whenever the weights change. Outputs match "
+        "the uncached path up to float rounding (the same as batching with other rows causes). SmolLM2-135M "
+        "float32 holds ~45 KiB per token; 256 is a reasonable budget. 0 (default): off, every prompt is prefilled "
+        "whole, and a request repeated alone gives bit-identical log-probs (with the cache, equal within "
+        "rounding: its last prompt token runs in another matmul shape). Ignored with batch_invariant.",
     )
 
 

@@ -86,9 +86,17 @@ class TorchBackend:
         """The inference engine; here batched generation over the very module the trainer updates."""
         # self.model (possibly LoRA-wrapped), not loaded.model: inference must see the adapter.
         # One request at a time: a row's logits then never depend on the rows beside it (batch_invariant).
-        rows = 1 if self.cfg.inference.batch_invariant else DEFAULT_MAX_BATCH_ROWS
+        invariant = self.cfg.inference.batch_invariant
+        rows = 1 if invariant else DEFAULT_MAX_BATCH_ROWS
+        # A cached prefix's KV was computed in another pass shape (float rounding), and which prefixes are
+        # cached depends on the order requests ran in: off when every number must repeat bit for bit.
+        cache_bytes = 0 if invariant else self.cfg.inference.prefix_cache_mib << 20
         return TorchInferenceEngine(
-            self.model, loaded.tokenizer, stop_token_ids=list(loaded.end_of_turn_ids), max_batch_rows=rows
+            self.model,
+            loaded.tokenizer,
+            stop_token_ids=list(loaded.end_of_turn_ids),
+            max_batch_rows=rows,
+            prefix_cache_bytes=cache_bytes,
         )
 
     def _after_step(self, metrics: dict[str, float]) -> None:

@@ -3,6 +3,10 @@
 One `step()` = optionally one prefill forward pass for newly admitted requests (all of them together,
 left-padded) whose rows then join the batch, followed by one decode forward pass over every running row.
 Rows that finish leave the batch at the end of the step (continuous batching).
+
+With a `PrefixCache`, a prompt's longest cached leading run is copied into the prefill's past KV and only
+the rest of the prompt is run; each prefilled prompt and each finished row's prompt + reply are stored
+for later calls (prefix_cache.py has the invariants).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from transformers import DynamicCache
 
 from engine.backends.base import Completion, SamplingParams
 from engine.backends.torch import kv
+from engine.backends.torch.prefix_cache import PrefixCache, weights_version
 from engine.backends.torch.sampling import sample_next
 
 log = logging.getLogger(__name__)
@@ -30,6 +35,7 @@ class GenerationStats:
 
     prefill_passes: int = 0
     prefill_rows: int = 0  # prompts run through prefill (identical prompts count once)
+    prefill_tokens: int = 0  # prompt tokens run through prefill (cached prefixes not counted)
     decode_passes: int = 0
     tokens_generated: int = 0
     rows_histogram: Counter = field(default_factory=Counter)
@@ -43,7 +49,8 @@ class GenerationStats:
         return max(self.rows_histogram, default=0)
 
     def reset(self) -> None:
-        self.prefill_passes = self.prefill_rows = self.decode_passes = self.tokens_generated = 0
+        self.prefill_passes = self.prefill_rows = self.prefill_tokens = self.decode_passes = 0
+        self.tokens_generated = 0
         self.rows_histogram.clear()
 
     def record(self, kind: str, rows: int) -> None:
@@ -92,8 +99,18 @@ class DecodeBatch:
     sampled token, not yet in the cache, at position `next_pos[r]`.
     """
 
-    def __init__(self, model: Any, tokenizer: Any, stop_ids: set[int], pad_id: int, stats: GenerationStats):
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        stop_ids: set[int],
+        pad_id: int,
+        stats: GenerationStats,
+        prefix_cache: PrefixCache | None = None,
+    ):
         self.model = model
+        self.prefix_cache = prefix_cache
+        self._weights = weights_version(model) if prefix_cache is not None else None
         self.tokenizer = tokenizer
         self.stop_ids = stop_ids
         self.pad_id = pad_id
@@ -117,6 +134,8 @@ class DecodeBatch:
     def step(self, admitted: list[Request], dropped: set[Request]) -> list[Request]:
         """Advance every row by one token (new rows by one or two); return requests that completed."""
         done: list[Request] = []
+        if self.prefix_cache is not None:
+            self._check_weights()
         with torch.inference_mode():
             if dropped and self.rows:
                 self._keep([i for i, r in enumerate(self.rows) if r.req not in dropped])
@@ -143,16 +162,12 @@ class DecodeBatch:
         for r in reqs:
             unique.setdefault(tuple(r.prompt), len(unique))
         prompts = list(unique)
-        width = max(len(p) for p in prompts)
-        ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for i, prompt in enumerate(prompts):
-            ids[i, width - len(prompt) :] = torch.tensor(prompt)
-            mask[i, width - len(prompt) :] = 1
-        ids, mask = ids.to(self.device), mask.to(self.device)
-        pos = (mask.cumsum(-1) - 1).clamp_(min=0)
-        cache = DynamicCache()
+        ids, mask, pos, cache = self._prefill_inputs(prompts)
         logits = self._forward(ids, mask, pos, cache)
+        self.stats.prefill_tokens += int(mask[:, -ids.shape[1] :].sum())
+        if self.prefix_cache is not None:
+            for i, prompt in enumerate(prompts):
+                self.prefix_cache.insert(list(prompt), *kv.row_kv(cache, mask, i))
         self.stats.record("prefill", len(prompts))
         source = [unique[tuple(r.prompt)] for r in reqs for _ in range(r.params.n)]
         if source != list(range(len(prompts))):
@@ -188,6 +203,47 @@ class DecodeBatch:
         self.next_ids = torch.cat([self.next_ids, new_ids])
         self.next_pos = torch.cat([self.next_pos, new_pos])
 
+    def _prefill_inputs(self, prompts: list[tuple[int, ...]]):
+        """Left-padded (ids, mask, position ids, past cache) for a prefill of `prompts`.
+
+        Without a cached prefix the past is empty and ids hold whole prompts. With one, row i's past holds
+        its first k_i tokens' KV right-aligned in K = max k_i columns and ids hold the remaining tokens,
+        right-aligned too: mask [U, K + S] covers both, with padding (zeros) between them where k_i < K.
+        Position ids count only real tokens, so every row sees its tokens at the positions it would have
+        without the cache."""
+        hits = [self.prefix_cache.match(list(p)) for p in prompts] if self.prefix_cache is not None else []
+        past = max((n for _, n in hits), default=0)
+        cached = [n for _, n in hits] if past else [0] * len(prompts)
+        width = max(len(p) - n for p, n in zip(prompts, cached, strict=True))
+        ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(prompts), past + width), dtype=torch.long)
+        for i, (prompt, n) in enumerate(zip(prompts, cached, strict=True)):
+            rest = prompt[n:]
+            ids[i, width - len(rest) :] = torch.tensor(rest)
+            mask[i, past + width - len(rest) :] = 1
+            mask[i, past - n : past] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        pos = (mask.cumsum(-1) - 1).clamp_(min=0)[:, past:]
+        if not past:
+            return ids, mask, pos, DynamicCache()
+        prefixes = [(e.keys, e.values, n) if e is not None else ([], [], 0) for e, n in hits]
+        return ids, mask, pos, kv.left_padded_cache(prefixes, past)
+
+    def _remember(self, index: int) -> None:
+        """Store running row `index`'s prompt + reply (all but the last token: it is not in the cache)."""
+        row = self.rows[index]
+        tokens = row.req.prompt + row.tokens[:-1]
+        keys, values = kv.row_kv(self.cache, self.mask, index)
+        if keys and keys[0].shape[1] == len(tokens):
+            self.prefix_cache.insert(tokens, keys, values)
+
+    def _check_weights(self) -> None:
+        """Drop every cached prefix if a weight changed since the last step (the KV would be stale)."""
+        version = weights_version(self.model)
+        if version != self._weights:
+            self.prefix_cache.clear()
+            self._weights = version
+
     def _decode(self, done: list[Request]) -> None:
         mask = torch.cat([self.mask, self.mask.new_ones((len(self.rows), 1))], dim=1)
         logits = self._forward(self.next_ids.unsqueeze(-1), mask, self.next_pos.unsqueeze(-1), self.cache)
@@ -198,6 +254,9 @@ class DecodeBatch:
         self.next_pos = self.next_pos + 1
         alive = [i for i, row in enumerate(self.rows) if self._advance(row, tokens[i], done)]
         if len(alive) < len(self.rows):
+            if self.prefix_cache is not None:
+                for i in sorted(set(range(len(self.rows))) - set(alive)):
+                    self._remember(i)
             self._keep(alive)
 
     def _keep(self, alive: list[int]) -> None:

@@ -14,6 +14,9 @@ Design (continuous batching, not gather-window):
 - `pause()` stops admissions, lets running rows finish and returns when the model is idle; held requests
   stay queued until `resume()`. The trainer mutates the same nn.Module in place while paused, so the
   first step after `resume()` already uses the new weights.
+- With `prefix_cache_bytes > 0`, prompts reuse the KV of token prefixes computed before (a group's
+  shared prompt, an episode's re-sent history; prefix_cache.py). `resume()` empties that cache before the
+  next step, since the weights may have changed while paused.
 
 Why the scheduling loop lives on the compute thread rather than in a coroutine that hands each step to
 a thread: the engine then belongs to no event loop (callers on several loops, or a loop that is closed
@@ -40,6 +43,7 @@ from engine.backends.base import Completion, SamplingParams, TokenCallback
 from engine.backends.threadsafe import Waiters, post, settle
 from engine.backends.torch import packed_linear as packed_linear_mod
 from engine.backends.torch.batch import DecodeBatch, GenerationStats, Request
+from engine.backends.torch.prefix_cache import PrefixCache
 from engine.errors import BadRequest
 from engine.models.tokens import end_of_turn_ids, ensure_pad_token
 
@@ -57,6 +61,8 @@ class TorchInferenceEngine:
     by default: measured 1.26-1.29x faster at 8-32 episodes on 2026-11-29, its reruns on the same machine on
     2026-12-01 gave 0.74-1.08x (docs/benchmarks/generation.md), so plain `F.linear` serves.
     `stop_token_ids` defaults to the tokenizer's end-of-turn ids; an empty list never stops early.
+    `prefix_cache_bytes` > 0 keeps up to that many bytes of prefilled and generated KV for reuse by later
+    prompts that start with the same tokens (0: every prompt is prefilled whole).
     """
 
     def __init__(
@@ -70,9 +76,12 @@ class TorchInferenceEngine:
         seed: int = 0,
         num_threads: int | None = None,
         packed_linear: bool = False,
+        prefix_cache_bytes: int = 0,
     ) -> None:
         if max_batch_rows < 1 or max_prefill_tokens < 1:
             raise ValueError("max_batch_rows and max_prefill_tokens must be >= 1")
+        if prefix_cache_bytes < 0:
+            raise ValueError("prefix_cache_bytes must be >= 0 (0 turns the prefix cache off)")
         self.model = model
         # Opt-in decode path on CPU, for as long as this engine lives; training is unaffected.
         self._packed = packed_linear_mod.install(model) if packed_linear else 0
@@ -87,13 +96,20 @@ class TorchInferenceEngine:
         if num_threads is not None:
             torch.set_num_threads(num_threads)
         self._threads = torch.get_num_threads()
+        self.prefix_cache = PrefixCache(prefix_cache_bytes) if prefix_cache_bytes else None
         self._batch = DecodeBatch(
-            model, tokenizer, set(self.stop_token_ids), ensure_pad_token(tokenizer), self.stats
+            model,
+            tokenizer,
+            set(self.stop_token_ids),
+            ensure_pad_token(tokenizer),
+            self.stats,
+            self.prefix_cache,
         )
         # Shared with the compute thread, guarded by _cond.
         self._cond = threading.Condition()
         self._queue: deque[Request] = deque()
         self._paused = False
+        self._weights_may_have_changed = False
         self._closed = False
         self._idle = True
         self._idle_waiters = Waiters()
@@ -146,6 +162,7 @@ class TorchInferenceEngine:
         """Admit held and new requests again. Safe to call from any thread."""
         with self._cond:
             self._paused = False
+            self._weights_may_have_changed = True
             self._cond.notify()
 
     @property
@@ -215,6 +232,9 @@ class TorchInferenceEngine:
                 self._cond.wait()
             if self._closed:
                 return None
+            if self._weights_may_have_changed and self.prefix_cache is not None:
+                self.prefix_cache.clear()  # the trainer may have updated the weights while paused
+            self._weights_may_have_changed = False
             self._idle = False
             return [] if self._paused else self._admit()
 

@@ -82,3 +82,37 @@ def cache_kwarg(model: Any) -> str:
         model.get_base_model() if hasattr(model, "get_base_model") else model
     )  # peft wrappers take **kwargs
     return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+
+
+def row_kv(
+    cache: DynamicCache, mask: torch.Tensor, row: int
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Copies of row `row`'s keys and values at its real (unmasked) positions: [H, T, D] per layer."""
+    cols = mask[row].nonzero().squeeze(-1)
+    keys, values = [], []
+    for layer in _layers(cache):
+        keys.append(layer.keys[row].index_select(1, cols))
+        values.append(layer.values[row].index_select(1, cols))
+    return keys, values
+
+
+def left_padded_cache(
+    prefixes: list[tuple[list[torch.Tensor], list[torch.Tensor], int]], length: int
+) -> DynamicCache:
+    """A cache of `len(prefixes)` rows, `length` columns: row i holds the first n_i positions of its
+    (keys, values, n_i) prefix ([H, T, D] per layer) right-aligned, padding before it (n_i = 0: all padding).
+    At least one prefix must be non-empty: it gives the layers' shapes."""
+    shape = next(p for p in prefixes if p[2] > 0)
+    cache = DynamicCache()
+    for layer in range(len(shape[0])):
+        tensors = []
+        for part in (0, 1):  # keys, values
+            like = shape[part][layer]
+            out = like.new_zeros((len(prefixes), like.shape[0], length, like.shape[2]))
+            for i, prefix in enumerate(prefixes):
+                n = prefix[2]
+                if n:
+                    out[i, :, length - n :, :] = prefix[part][layer][:, :n, :]
+            tensors.append(out)
+        cache.update(tensors[0], tensors[1], layer)
+    return cache
