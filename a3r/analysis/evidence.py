@@ -18,9 +18,10 @@ Shapes:
 - threshold (minimum/maximum): the criterion is fixed before the grid. Relative: the arm's gain keeps
   `criterion_value` f of the reference arm's gain (the generous end of the range; f = 0: it trains at
   all), with the reference gain taken from the calibration stage's seeds when there are any; the test is
-  the Welch interval of gain_arm - f * gain_ref. Pass: the arm trains and that interval is above 0.
-  Fail: the interval of gain_arm - max(f, min_effect) * gain_ref is below 0, i.e. whatever it gains is
-  shown smaller than the smallest effect worth reporting. Otherwise uncertain. Absolute: the arm's score
+  the Welch interval of gain_arm - f * gain_ref. Fail: the interval of gain_arm - max(f, min_effect) *
+  gain_ref is below 0, i.e. whatever it gains is shown smaller than the smallest effect worth reporting
+  (this comes first: an arm shown above 0 but below that margin has not shown enough to count). Pass: the
+  arm trains, that interval is above 0 and it does not fail. Otherwise uncertain. Absolute: the arm's score
   interval against the researcher's number. The answer is the cheapest passing value; it is conclusive
   when the next cheaper tested value fails (or none was tested) and no costlier value fails.
 - best: among arms that train, the highest mean; conclusive when its Welch difference to every other
@@ -71,6 +72,7 @@ __all__ = [
     "ThresholdResult",
     "analyse",
     "best_arm",
+    "cheaper_neighbour",
     "compare_arms",
     "dominated_arms",
     "effect_of",
@@ -326,11 +328,12 @@ def threshold(arms: Sequence[ArmStats], q: Question) -> ThresholdResult:
             status[a.label] = "uncertain"
         elif q.criterion_kind == "absolute":
             status[a.label] = "pass" if a.trained and iv.lo >= f else "fail" if iv.hi < f else "uncertain"
-        elif a.trained and iv.lo > 0:
-            status[a.label] = "pass"
         else:
             short = iv if margin == f else _versus_reference(a, reference, ref_gains, margin, q)
-            status[a.label] = "fail" if short.hi < 0 else "uncertain"
+            if short.hi < 0:
+                status[a.label] = "fail"  # shown below the margin, even if above 0: too little to count
+            else:
+                status[a.label] = "pass" if a.trained and iv.lo > 0 else "uncertain"
     trained = any(a.trained for a in arms)
     passing = [i for i, a in enumerate(order) if status[a.label] == "pass"]
     answer = order[passing[0]] if passing else None
@@ -608,17 +611,36 @@ def analyse(
     return ev
 
 
+def cheaper_neighbour(arms: Sequence[ArmStats], x: Any, direction: Literal["min", "max"]) -> ArmStats | None:
+    """The arm with the next cheaper tested value than `x` (the next smaller for a minimum, the next larger
+    for a maximum), or None when `x` is the cheapest."""
+    if direction == "min":
+        cheaper = [a for a in arms if _sort_key(a.x) < _sort_key(x)]
+        return max(cheaper, key=lambda a: _sort_key(a.x), default=None)
+    cheaper = [a for a in arms if _sort_key(a.x) > _sort_key(x)]
+    return min(cheaper, key=lambda a: _sort_key(a.x), default=None)
+
+
 def _only_what_was_checked(ev: Evidence, explored: Evidence) -> None:
-    """A threshold confirmation re-runs the exploration's answer, its neighbour and the reference: it can
-    confirm that answer, not find another (values between them were tested only by the exploration), so a
-    different answer there is "not confirmed"."""
+    """A threshold confirmation re-runs the exploration's answer, its neighbour and the reference (and,
+    when the neighbour was not shown to fail, the value beyond it). Its answer is confirmed when it is the
+    exploration's, or when the value just cheaper than it *among every value the campaign tested* was re-run
+    in the confirmation and fails there (or there is none): values tested only by the exploration may lie
+    between a confirmation's answer and its neighbour, and nothing fresh says how they fare, so any other
+    answer is "not confirmed". Which arms the confirmation runs is fixed before its runs, from the
+    exploration alone, so this choice spends no error of the confirmation's."""
     before = {le.level: le.threshold for le in explored.levels}
+    tested = {le.level: le.arms for le in explored.levels}
     for le in ev.levels:
         th, old = le.threshold, before.get(le.level)
         if th is None or th.answer is None:
             continue
         proposed = old.answer.x if old is not None and old.answer is not None else None
-        if th.answer.x != proposed:
+        beyond = cheaper_neighbour(tested.get(le.level, []), th.answer.x, th.direction)
+        rerun_fails = beyond is None or (
+            th.neighbour is not None and th.neighbour.x == beyond.x and th.status.get(th.neighbour.label) == "fail"
+        )
+        if th.answer.x != proposed and not rerun_fails:
             le.threshold = replace(
                 th,
                 confident=False,

@@ -242,7 +242,7 @@ def _answer_arms(goal: Goal, budget: ResearchBudget) -> int:
     neighbour and the reference for thresholds, two for compare/effect."""
     k = len(grid(goal.factor, budget.grid_points))
     if goal.shape in ("minimum", "maximum"):
-        return min(3, k)
+        return min(4, k)
     return k if k <= 3 else 3
 
 

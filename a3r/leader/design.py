@@ -34,6 +34,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from a3r.analysis import ArmStats, Evidence, fmt
+from a3r.analysis.evidence import cheaper_neighbour
 from a3r.leader.goals import Factor, Goal
 from a3r.leader.power import ConfirmationSize, confirmation_size, pooled_sd, power_at
 
@@ -405,12 +406,17 @@ def _confirm_arms(goal: Goal, le) -> list[ArmStats]:
     Best (and compare/effect read as best): every arm when there are at most 3 (a claim about an arm that
     was not confirmed would rest on exploration's uncorrected looks); with more, the leader, its runner-up
     and every arm exploration did not show worse. Compare: both. Threshold: the answer, its neighbour and
-    the reference (the generous end, whose gain the relative criterion scales); without an answer, none."""
+    the reference (the generous end, whose gain the relative criterion scales), and, when exploration did
+    not show the neighbour to fail, the tested value just cheaper than the neighbour: the neighbour may be
+    the true answer, and the confirmation can then show it (it passes, the value beyond it fails) instead of
+    only refuting the exploration's answer; without an answer, none."""
     if le.threshold is not None:
         th = le.threshold
         if th.answer is None:
             return []
         keep = [th.answer, th.neighbour, th.reference]
+        if th.neighbour is not None and th.status.get(th.neighbour.label) != "fail":
+            keep.append(cheaper_neighbour(le.arms, th.neighbour.x, th.direction))
         return list({a.label: a for a in keep if a is not None}.values())
     if le.compare is not None:
         return [le.compare.a, le.compare.b]

@@ -174,6 +174,15 @@ def test_minimum_with_a_relative_criterion_fixed_by_the_calibration():
     assert "The smallest tested batch size that still trains is 2" in th.verdict
 
 
+def test_a_gain_shown_above_zero_but_below_the_fails_margin_fails():
+    # "still trains" (criterion 0): bs=1 gains 0.06 for sure, but is shown below half of bs=8's 0.4, the
+    # smallest effect worth reporting, so it fails (before, being above 0 made it pass and the answer)
+    obs = runs({1: [0.05, 0.06, 0.07], 2: [0.4, 0.39, 0.41], 8: [0.4, 0.41, 0.39]})
+    th = analyse(q("minimum"), obs).levels[0].threshold
+    assert th.tests["bs=1"].lo > 0 and th.status["bs=1"] == "fail"
+    assert th.answer.x == 2 and th.neighbour.x == 1 and th.conclusive
+
+
 def test_absolute_criterion_reads_the_score_not_the_gain():
     th = (
         analyse(

@@ -26,6 +26,7 @@ import a3r.analysis.evidence as evidence
 import a3r.analysis.stats as stats
 import a3r.leader.calibration as calibration
 import a3r.report.data as report_data
+from a3r.analysis.evidence import MIN_EFFECT
 from a3r.leader.design import ResearchBudget
 from a3r.leader.goals import Factor, Goal
 
@@ -70,6 +71,12 @@ def _step_at(x0: Any) -> Callable[[Any], float]:
     return lambda x: REF_GAIN if x >= x0 else 0.0
 
 
+def _margin_below(x0: Any, x_margin: Any) -> Callable[[Any], float]:
+    """From x0 on every arm gains the reference's gain; `x_margin` gains exactly MIN_EFFECT of it (on the
+    "fails" margin: it trains, but no more than the smallest effect worth reporting); the rest nothing."""
+    return lambda x: REF_GAIN if x >= x0 else MIN_EFFECT * REF_GAIN if x == x_margin else 0.0
+
+
 # -- checks -------------------------------------------------------------------------------------------------
 def power_check(goal: Goal, gain, truth: Any, budget: ResearchBudget = DEFAULT, seed: int = 1):
     right, _wrong, _runs = rates(goal, budget, gain, truth, N, seed)
@@ -98,6 +105,11 @@ ERRORS = {
     "compare 2, tied": lambda: error_check(_goal("compare", LR2), _tie, None),
     # every value trains, so the smallest tested (1) is the answer; any other conclusive answer is wrong
     "minimum, all train": lambda: error_check(_goal("minimum", **BS_RANGE), _tie, 1),
+    # below the step at 8 batch size 3 keeps exactly half the reference gain (the "fails" margin) and 1
+    # nothing: 3 still trains, so it is the answer; naming 8 needs 3 shown short of the margin it sits on
+    "minimum, the value below the step sits on the fails margin": lambda: error_check(
+        _goal("minimum", **BS_RANGE), _margin_below(8, 3), 3
+    ),
     # no arm trains; a high learning rate destroys what the model knew: "better" than it is not "trains"
     "compare 2, neither trains": lambda: error_check(
         _goal("compare", LR2), lambda x: -0.2 if x == 3e-5 else 0.0, None
@@ -147,6 +159,20 @@ def _no_must_train(mp: pytest.MonkeyPatch) -> Iterator[None]:
     yield
 
 
+@contextmanager
+def _fails_from_the_point_estimate(mp: pytest.MonkeyPatch) -> Iterator[None]:
+    """A threshold's tests against the criterion and the "fails" margin read from the point estimate of the
+    difference, with no interval: an arm fails whenever its mean gain is below the margin."""
+    real = evidence._versus_reference
+
+    def point(*args: Any, **kw: Any) -> stats.Interval:
+        iv = real(*args, **kw)
+        return stats.Interval(iv.mean, iv.mean, iv.mean, iv.n, iv.level)
+
+    mp.setattr(evidence, "_versus_reference", point)
+    yield
+
+
 # each planted defect and the checks that must catch it (every check above catches at least one defect)
 CAUGHT_BY = {
     "no multiplicity correction": (
@@ -155,6 +181,10 @@ CAUGHT_BY = {
     ),
     "normal quantile": (_normal_quantile, ["compare 2 in one stage of 3 seeds, tied"]),
     "no must-train": (_no_must_train, ["compare 2, neither trains"]),
+    "threshold fails from the point estimate": (
+        _fails_from_the_point_estimate,
+        ["minimum, the value below the step sits on the fails margin"],
+    ),
 }
 
 

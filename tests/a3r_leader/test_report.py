@@ -31,7 +31,8 @@ def _campaign(ws, record):
     camp = ws.create_campaign("synth", GOAL)
     stage = ws.create_stage(camp.id, "stage-1", design.purpose)
     runs = ws.add_blueprints(stage.id, stage_blueprints(goal, design))
-    level = {1: 0.1, 4: 0.5, 16: 0.8}
+    # bs=1 gains more than half of bs=16's (the "fails" margin), so it still trains and is the answer
+    level = {1: 0.5, 4: 0.6, 16: 0.8}
     for run in runs:
         x = ws.store.blueprint_of(run).engine_config["swarm"]["pool"]["batch_size"]
         # held-out accuracy: 0.1 untrained (step 0, the same for every run), then rising by the arm's gain
