@@ -110,6 +110,11 @@ class ResearchBudget(BaseModel):
     secondary_levels: int = Field(2, ge=2, description="Levels of a secondary numeric variable.")
     refine_points: int = Field(2, ge=1, description="New values per narrowed interval in later stages.")
     stage1_share: float = Field(0.6, gt=0, le=1, description="Largest share of max_runs stage 1 may take.")
+    pair_seeds: bool = Field(
+        True,
+        description="Compare the confirmation's arms paired on seeds when the exploration shows it narrows the "
+        "intervals (the same seed gives every arm the same task order and sampling streams).",
+    )
     early_stop: bool = Field(
         False,
         description="Stop dominated arms at mid-training (best/compare shapes); each rung counts as a look.",
@@ -483,10 +488,11 @@ def _explore_or_confirm(
     if seeds < budget.min_seeds:
         return None  # the runs left cannot hold a confirmation with labels: the answer stays unconfirmed
     used = _seeds_used(stages)
+    # the same seed numbers for every arm (none of them ran any before), so arms can be paired on seeds
+    start = 1 + max((s for lv in per_level for a in lv for s in used.get((a.level, a.x), [])), default=-1)
     arms = []
     for lv_arms in per_level:
         for a in lv_arms:
-            start = max(used.get((a.level, a.x), []), default=-1) + 1
             arms.append(
                 Arm(
                     x=a.x,

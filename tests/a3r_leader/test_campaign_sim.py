@@ -83,9 +83,24 @@ def power_check(goal: Goal, gain, truth: Any, budget: ResearchBudget = DEFAULT, 
     return right >= POWER_FLOOR, right, POWER_FLOOR
 
 
-def error_check(goal: Goal, gain, truth: Any, budget: ResearchBudget = DEFAULT, seed: int = 2):
-    _right, wrong, _runs = rates(goal, budget, gain, truth, N, seed)
+def error_check(goal: Goal, gain, truth: Any, budget: ResearchBudget = DEFAULT, seed: int = 2, rho: float = 0.0):
+    _right, wrong, _runs = rates(goal, budget, gain, truth, N, seed, rho)
     return wrong <= ERROR_CEILING, wrong, ERROR_CEILING
+
+
+RHO = 0.6  # correlation of two arms' runs that share a seed (positive: they share task order and sampling)
+PAIRING_GAIN = 0.04  # the least gain in correct answers pairing must buy at RHO in the check below
+
+
+def pairing_check(seed: int = 1):
+    """Correct conclusive answers of a 2-value compare at the calibrated effect with runs of the same seed
+    correlated by RHO, analysed with pairing allowed against the same campaigns with it off. The campaigns
+    are identical up to the confirmation's interval (same generator seed, and the design never depends on
+    pairing), so the difference is pairing's alone."""
+    goal, gain = _goal("compare", LR2), _better(3e-5)
+    paired, _w, _r = rates(goal, DEFAULT, gain, 3e-5, N, seed, RHO)
+    unpaired, _w, _r = rates(goal, DEFAULT.model_copy(update={"pair_seeds": False}), gain, 3e-5, N, seed, RHO)
+    return paired - unpaired >= PAIRING_GAIN, paired - unpaired, PAIRING_GAIN
 
 
 POWER = {
@@ -114,6 +129,11 @@ ERRORS = {
     "compare 2, neither trains": lambda: error_check(
         _goal("compare", LR2), lambda x: -0.2 if x == 3e-5 else 0.0, None
     ),
+    # runs of the same seed correlated: the confirmation may be analysed paired on seeds
+    "compare 2, tied, seeds correlated": lambda: error_check(_goal("compare", LR2), _tie, None, rho=RHO),
+    "best of 3, two tied leaders, seeds correlated": lambda: error_check(
+        _goal("best", LR3), lambda x: REF_GAIN + (EFFECT if x != 1.5e-5 else 0.0), None, rho=RHO
+    ),
     "compare 2 pooled over 4 looks, tied": lambda: error_check(_goal("compare", LR2), _tie, None, POOLED),
     "compare 2 in one stage of 3 seeds, tied": lambda: error_check(
         _goal("compare", LR2), _tie, None, ONE_STAGE
@@ -131,6 +151,11 @@ def test_a_true_effect_of_the_calibrated_size_is_found(name):
 def test_wrong_answers_stay_below_alpha(name):
     ok, observed, ceiling = ERRORS[name]()
     assert ok, f"{name}: wrong answers in {observed:.3f} of {N} campaigns, allowed <= {ceiling:.3f}"
+
+
+def test_pairing_on_seeds_finds_more_when_seeds_correlate():
+    ok, gained, least = pairing_check()
+    assert ok, f"pairing raised correct answers by {gained:.3f} at rho {RHO}, need >= {least:.3f}"
 
 
 # -- planted defects ----------------------------------------------------------------------------------------
@@ -173,6 +198,13 @@ def _fails_from_the_point_estimate(mp: pytest.MonkeyPatch) -> Iterator[None]:
     yield
 
 
+@contextmanager
+def _pairing_never_used(mp: pytest.MonkeyPatch) -> Iterator[None]:
+    """The pairing check always answers "unpaired"."""
+    mp.setattr(evidence, "pairing_check", lambda explored, n, level: None)
+    yield
+
+
 # each planted defect and the checks that must catch it (every check above catches at least one defect)
 CAUGHT_BY = {
     "no multiplicity correction": (
@@ -181,6 +213,7 @@ CAUGHT_BY = {
     ),
     "normal quantile": (_normal_quantile, ["compare 2 in one stage of 3 seeds, tied"]),
     "no must-train": (_no_must_train, ["compare 2, neither trains"]),
+    "pairing never used": (_pairing_never_used, ["pairing gain"]),
     "threshold fails from the point estimate": (
         _fails_from_the_point_estimate,
         ["minimum, the value below the step sits on the fails margin"],
@@ -191,7 +224,7 @@ CAUGHT_BY = {
 @pytest.mark.parametrize(("defect", "check"), [(d, c) for d, (_m, cs) in CAUGHT_BY.items() for c in cs])
 def test_each_planted_defect_is_caught(defect, check, monkeypatch):
     plant, _checks = CAUGHT_BY[defect]
-    assert ERRORS.get(check) or POWER.get(check)
+    checks = {**POWER, **ERRORS, "pairing gain": pairing_check}
     with plant(monkeypatch):
-        ok, observed, bound = (ERRORS.get(check) or POWER[check])()
+        ok, observed, bound = checks[check]()
     assert not ok, f"{check} still passes with the defect {defect!r} planted ({observed:.3f} vs {bound:.3f})"
