@@ -18,9 +18,10 @@ Shapes:
 - threshold (minimum/maximum): the criterion is fixed before the grid. Relative: the arm's gain keeps
   `criterion_value` f of the reference arm's gain (the generous end of the range; f = 0: it trains at
   all), with the reference gain taken from the calibration stage's seeds when there are any; the test is
-  the Welch interval of gain_arm - f * gain_ref. Pass: the arm trains and that interval is above 0.
-  Fail: the interval of gain_arm - max(f, min_effect) * gain_ref is below 0, i.e. whatever it gains is
-  shown smaller than the smallest effect worth reporting. Otherwise uncertain. Absolute: the arm's score
+  the Welch interval of gain_arm - f * gain_ref. Fail: the interval of gain_arm - max(f, min_effect) *
+  gain_ref is below 0, i.e. whatever it gains is shown smaller than the smallest effect worth reporting
+  (this comes first: an arm shown above 0 but below that margin has not shown enough to count). Pass: the
+  arm trains, that interval is above 0 and it does not fail. Otherwise uncertain. Absolute: the arm's score
   interval against the researcher's number. The answer is the cheapest passing value; it is conclusive
   when the next cheaper tested value fails (or none was tested) and no costlier value fails.
 - best: among arms that train, the highest mean; conclusive when its Welch difference to every other
@@ -33,7 +34,10 @@ Shapes:
 - effect: Welch difference of the highest and the lowest x; stated only when some arm trains.
 
 Confirmation: `analyse(..., confirm_stage=k)` answers from stage k's runs alone (fresh seeds, one look at
-the full alpha), keeping the pooled evidence of the stages before it as `Evidence.exploration`; with
+the full alpha), keeping the pooled evidence of the stages before it as `Evidence.exploration`. With
+`Question.pair_seeds`, a best/compare/effect confirmation compares arms paired on their common seeds (runs
+of the same seed share task order and sampling streams) when the exploration's runs say the paired
+interval is the narrower (`pairing_check`; the choice never looks at the confirmation's runs); with
 `provisional=True` (a campaign whose answer needs a confirmation that has not run) nothing is conclusive.
 
 Verdict sentences are built here from the numbers, so every number a report prints traces to a run.
@@ -54,8 +58,10 @@ from a3r.analysis.stats import (
     Interval,
     binomial_sd,
     look_level,
+    paired_interval,
     resolution_sd,
     t_interval,
+    t_quantile,
     welch_interval,
 )
 
@@ -66,15 +72,18 @@ __all__ = [
     "EffectResult",
     "Evidence",
     "LevelEvidence",
+    "PairingCheck",
     "Question",
     "RunObs",
     "ThresholdResult",
     "analyse",
     "best_arm",
+    "cheaper_neighbour",
     "compare_arms",
     "dominated_arms",
     "effect_of",
     "fmt",
+    "pairing_check",
     "shows_training",
     "summarise_arms",
     "threshold",
@@ -119,6 +128,8 @@ class Question:
     min_seeds: int = 3  # no label below this many seeds per arm
     eval_items: int | None = None  # held-out items per evaluation: the noise floor of a score
     min_effect: float = MIN_EFFECT  # fraction of the reference gain below which an arm "does not train"
+    pair_seeds: bool = False  # a confirmation may compare arms paired on seeds (`pairing_check` decides)
+    paired: bool = False  # comparisons of arms use the paired interval on their common seeds
 
     @property
     def level(self) -> float:
@@ -167,6 +178,10 @@ class ArmStats:
     trained: bool = False  # enough seeds and the gain interval's lower bound above 0
     excluded: tuple[int, ...] = ()  # runs of this arm that did not contribute (failed, cancelled, no data)
     diverged: tuple[int, ...] = ()  # contributing runs whose curve had NaN steps
+    seeds: tuple[int, ...] = ()  # the seed of each score, in the same order
+
+    def by_seed(self) -> dict[int, float]:
+        return dict(zip(self.seeds, self.scores, strict=True))
 
     @property
     def n(self) -> int:
@@ -205,6 +220,7 @@ def summarise_arms(obs: Sequence[RunObs], q: Question) -> list[ArmStats]:
                 trained=enough and shows_training(gain_iv),
                 excluded=tuple(o.run_id for o in runs if all(o is not p for p, _s in scored)),
                 diverged=tuple(o.run_id for o, s in scored if s.diverged),
+                seeds=tuple(o.seed for o, _s in scored),
             )
         )
     return sorted(out, key=lambda a: (_sort_key(a.level), _sort_key(a.x)))
@@ -326,11 +342,12 @@ def threshold(arms: Sequence[ArmStats], q: Question) -> ThresholdResult:
             status[a.label] = "uncertain"
         elif q.criterion_kind == "absolute":
             status[a.label] = "pass" if a.trained and iv.lo >= f else "fail" if iv.hi < f else "uncertain"
-        elif a.trained and iv.lo > 0:
-            status[a.label] = "pass"
         else:
             short = iv if margin == f else _versus_reference(a, reference, ref_gains, margin, q)
-            status[a.label] = "fail" if short.hi < 0 else "uncertain"
+            if short.hi < 0:
+                status[a.label] = "fail"  # shown below the margin, even if above 0: too little to count
+            else:
+                status[a.label] = "pass" if a.trained and iv.lo > 0 else "uncertain"
     trained = any(a.trained for a in arms)
     passing = [i for i, a in enumerate(order) if status[a.label] == "pass"]
     answer = order[passing[0]] if passing else None
@@ -402,7 +419,22 @@ class BestResult:
         return self.best is not None and self.separated
 
 
+def _common_seeds(a: ArmStats, b: ArmStats) -> list[int]:
+    return sorted(set(a.seeds) & set(b.seeds))
+
+
 def _diff(a: ArmStats, b: ArmStats, q: Question, level: float) -> Interval:
+    """mean(a) - mean(b): paired on their common seeds when the question is analysed paired (and they
+    share at least two), else Welch's interval over all their seeds."""
+    common = _common_seeds(a, b) if q.paired else []
+    if len(common) >= 2:
+        sa, sb = a.by_seed(), b.by_seed()
+        return paired_interval(
+            [sa[s] for s in common],
+            [sb[s] for s in common],
+            level=level,
+            floor_sd=max(q.floor_sd(a.interval.mean), q.floor_sd(b.interval.mean)),
+        )
     return welch_interval(
         a.scores,
         b.scores,
@@ -577,6 +609,7 @@ class Evidence:
     exploration: Evidence | None = None  # the pooled stages before a confirmation (it answers alone)
     confirm_stage: int | None = None  # the stage whose fresh seeds alone answer
     provisional: bool = False  # the answer awaits a confirmation: nothing is conclusive yet
+    pairing: PairingCheck | None = None  # how the confirmation chose paired or unpaired intervals
 
     @property
     def nothing_trains(self) -> bool:
@@ -588,6 +621,63 @@ class Evidence:
         return not self.provisional and bool(self.levels) and all(le.conclusive for le in self.levels)
 
 
+@dataclass(frozen=True)
+class PairingCheck:
+    """Does pairing arms on seeds narrow the confirmation's intervals? Measured on the exploration's runs
+    (every pair of arms at a level, on the seeds both ran), never on the runs being tested."""
+
+    sd_paired: float  # pooled sd of the per-seed differences
+    sd_unpaired: float  # sd of the difference of two independent seeds, sqrt(var a + var b), same seeds
+    df: int  # degrees of freedom of both (pairs x (common seeds - 1))
+    n: int  # seeds per arm of the confirmation the check is for
+    use: bool  # the paired interval is expected to be the narrower one at n seeds
+
+    def describe(self) -> str:
+        how = "paired on seeds" if self.use else "unpaired (Welch)"
+        return (
+            f"analysed {how}: on the exploration's runs the sd of per-seed differences was {fmt(self.sd_paired)} "
+            f"against {fmt(self.sd_unpaired)} unpaired ({self.df} df)"
+        )
+
+
+def pairing_check(explored: Evidence, n: int, level: float) -> PairingCheck | None:
+    """Whether a confirmation of `n` seeds per arm is analysed paired, from the exploration alone: paired
+    when its expected half-width t(n - 1) sd_paired is below Welch's t(2n - 2) sd_unpaired (pairing costs
+    half the df, so a slightly smaller sd is not enough at few seeds). None when no two arms share two
+    seeds (nothing measured: unpaired).
+
+    Why this keeps alpha: which interval the confirmation uses is a function of earlier stages' runs only,
+    which are independent of the confirmation's fresh seeds; given that choice, each interval is a valid
+    level-`level` interval for the difference (the paired t needs no assumption on the correlation), so the
+    error is alpha whatever was chosen. Choosing on the confirmation's own runs (the narrower of the two)
+    would take the smaller of two p-values and spend more than alpha."""
+    ss_d = ss_u = 0.0
+    df = 0
+    for le in explored.levels:
+        for i, a in enumerate(le.arms):
+            for b in le.arms[i + 1 :]:
+                common = _common_seeds(a, b)
+                if len(common) < 2:
+                    continue
+                sa, sb = a.by_seed(), b.by_seed()
+                xa, xb = [sa[s] for s in common], [sb[s] for s in common]
+                d = [u - v for u, v in zip(xa, xb, strict=True)]
+                ss_d += _ss(d)
+                ss_u += _ss(xa) + _ss(xb)
+                df += len(common) - 1
+    if df == 0 or n < 2:
+        return None
+    sd_p, sd_u = math.sqrt(ss_d / df), math.sqrt(ss_u / df)
+    p = 1 - (1 - level) / 2
+    use = float(t_quantile(p, n - 1)) * sd_p < float(t_quantile(p, 2 * n - 2)) * sd_u
+    return PairingCheck(sd_p, sd_u, df, n, use)
+
+
+def _ss(x: Sequence[float]) -> float:
+    m = sum(x) / len(x)
+    return sum((v - m) ** 2 for v in x)
+
+
 def analyse(
     q: Question, obs: Sequence[RunObs], *, confirm_stage: int | None = None, provisional: bool = False
 ) -> Evidence:
@@ -596,10 +686,20 @@ def analyse(
     look spends error); the stages before it are kept as `exploration`."""
     if confirm_stage is not None:
         explored = _analyse(q, [o for o in obs if o.stage < confirm_stage])
-        ev = _analyse(replace(q, looks=1), [o for o in obs if o.stage == confirm_stage])
-        ev.exploration, ev.confirm_stage = explored, confirm_stage
+        fresh = [o for o in obs if o.stage == confirm_stage]
+        confirm_q = replace(q, looks=1)
+        pairing = None
+        if q.pair_seeds and q.shape in ("best", "compare", "effect"):
+            per_arm: dict[tuple[Any, Any], int] = defaultdict(int)
+            for o in fresh:
+                per_arm[(o.level, o.x)] += 1
+            pairing = pairing_check(explored, min(per_arm.values(), default=0), confirm_q.level)
+            confirm_q = replace(confirm_q, paired=pairing is not None and pairing.use)
+        ev = _analyse(confirm_q, fresh)
+        ev.exploration, ev.confirm_stage, ev.pairing = explored, confirm_stage, pairing
         _only_what_was_checked(ev, explored)
-        ev.answer = f"Confirmed on fresh seeds (stage {confirm_stage}, analysed alone): {ev.answer}"
+        how = f"; {pairing.describe()}" if pairing is not None else ""
+        ev.answer = f"Confirmed on fresh seeds (stage {confirm_stage}, analysed alone{how}): {ev.answer}"
         return ev
     ev = _analyse(q, obs)
     if provisional:
@@ -608,17 +708,36 @@ def analyse(
     return ev
 
 
+def cheaper_neighbour(arms: Sequence[ArmStats], x: Any, direction: Literal["min", "max"]) -> ArmStats | None:
+    """The arm with the next cheaper tested value than `x` (the next smaller for a minimum, the next larger
+    for a maximum), or None when `x` is the cheapest."""
+    if direction == "min":
+        cheaper = [a for a in arms if _sort_key(a.x) < _sort_key(x)]
+        return max(cheaper, key=lambda a: _sort_key(a.x), default=None)
+    cheaper = [a for a in arms if _sort_key(a.x) > _sort_key(x)]
+    return min(cheaper, key=lambda a: _sort_key(a.x), default=None)
+
+
 def _only_what_was_checked(ev: Evidence, explored: Evidence) -> None:
-    """A threshold confirmation re-runs the exploration's answer, its neighbour and the reference: it can
-    confirm that answer, not find another (values between them were tested only by the exploration), so a
-    different answer there is "not confirmed"."""
+    """A threshold confirmation re-runs the exploration's answer, its neighbour and the reference (and,
+    when the neighbour was not shown to fail, the value beyond it). Its answer is confirmed when it is the
+    exploration's, or when the value just cheaper than it *among every value the campaign tested* was re-run
+    in the confirmation and fails there (or there is none): values tested only by the exploration may lie
+    between a confirmation's answer and its neighbour, and nothing fresh says how they fare, so any other
+    answer is "not confirmed". Which arms the confirmation runs is fixed before its runs, from the
+    exploration alone, so this choice spends no error of the confirmation's."""
     before = {le.level: le.threshold for le in explored.levels}
+    tested = {le.level: le.arms for le in explored.levels}
     for le in ev.levels:
         th, old = le.threshold, before.get(le.level)
         if th is None or th.answer is None:
             continue
         proposed = old.answer.x if old is not None and old.answer is not None else None
-        if th.answer.x != proposed:
+        beyond = cheaper_neighbour(tested.get(le.level, []), th.answer.x, th.direction)
+        rerun_fails = beyond is None or (
+            th.neighbour is not None and th.neighbour.x == beyond.x and th.status.get(th.neighbour.label) == "fail"
+        )
+        if th.answer.x != proposed and not rerun_fails:
             le.threshold = replace(
                 th,
                 confident=False,

@@ -38,6 +38,7 @@ from a3r.leader.power import TARGET_POWER, confirmation_size, power_at
 __all__ = [
     "EFFECT_FRACTION",
     "Calibration",
+    "answer_arms",
     "calibration_stage",
     "grid_run_seconds",
     "measure",
@@ -213,7 +214,7 @@ def measure(
     )
     fraction = goal.criterion.value if relative else EFFECT_FRACTION
     effect = max(fraction * iv.mean, 1e-9)
-    arms = _answer_arms(goal, budget)
+    arms = answer_arms(goal, budget)
     size = confirmation_size(
         goal.shape,
         arms,
@@ -236,13 +237,14 @@ def measure(
     )
 
 
-def _answer_arms(goal: Goal, budget: ResearchBudget) -> int:
+def answer_arms(goal: Goal, budget: ResearchBudget) -> int:
     """Arms the answer's analysis compares at one level: every grid value for best-like questions (at most
     3 are confirmed together beyond the leader and runner-up: see `design._confirm_arms`), the answer, its
-    neighbour and the reference for thresholds, two for compare/effect."""
+    neighbour, the value beyond an uncertain neighbour and the reference for thresholds, two for
+    compare/effect."""
     k = len(grid(goal.factor, budget.grid_points))
     if goal.shape in ("minimum", "maximum"):
-        return min(3, k)
+        return min(4, k)
     return k if k <= 3 else 3
 
 
@@ -292,12 +294,11 @@ def size_budget(
     if budget.confirms:
         # the grid explores with the researcher's seeds; the confirmation's fresh seeds carry the power
         seeds = min(max(budget.seeds, budget.min_seeds), budget.max_seeds)
-        grid_runs = len(grid(goal.factor, budget.grid_points)) * (
-            1 if goal.secondary is None else budget.secondary_levels
-        ) * seeds - cal.runs
+        levels = 1 if goal.secondary is None else budget.secondary_levels
+        grid_runs = len(grid(goal.factor, budget.grid_points)) * levels * seeds - cal.runs
         room = max(0, max_runs - runs_done - grid_runs)
-        held = min(budget.max_seeds, room // max(cal.arms, 1))
-        needed_runs = runs_done + grid_runs + cal.seeds_per_arm * cal.arms
+        held = min(budget.max_seeds, room // max(cal.arms * levels, 1))  # the confirmation runs at every level
+        needed_runs = runs_done + grid_runs + cal.seeds_per_arm * cal.arms * levels
     else:
         seeds = held = min(max(cal.seeds_per_arm, budget.seeds, budget.min_seeds), budget.max_seeds)
         needed_runs = runs_done + len(grid(goal.factor, budget.grid_points)) * cal.seeds_per_arm - cal.runs

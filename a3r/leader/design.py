@@ -34,6 +34,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from a3r.analysis import ArmStats, Evidence, fmt
+from a3r.analysis.evidence import cheaper_neighbour
 from a3r.leader.goals import Factor, Goal
 from a3r.leader.power import ConfirmationSize, confirmation_size, pooled_sd, power_at
 
@@ -109,6 +110,11 @@ class ResearchBudget(BaseModel):
     secondary_levels: int = Field(2, ge=2, description="Levels of a secondary numeric variable.")
     refine_points: int = Field(2, ge=1, description="New values per narrowed interval in later stages.")
     stage1_share: float = Field(0.6, gt=0, le=1, description="Largest share of max_runs stage 1 may take.")
+    pair_seeds: bool = Field(
+        True,
+        description="Compare the confirmation's arms paired on seeds when the exploration shows it narrows the "
+        "intervals (the same seed gives every arm the same task order and sampling streams).",
+    )
     early_stop: bool = Field(
         False,
         description="Stop dominated arms at mid-training (best/compare shapes); each rung counts as a look.",
@@ -405,12 +411,17 @@ def _confirm_arms(goal: Goal, le) -> list[ArmStats]:
     Best (and compare/effect read as best): every arm when there are at most 3 (a claim about an arm that
     was not confirmed would rest on exploration's uncorrected looks); with more, the leader, its runner-up
     and every arm exploration did not show worse. Compare: both. Threshold: the answer, its neighbour and
-    the reference (the generous end, whose gain the relative criterion scales); without an answer, none."""
+    the reference (the generous end, whose gain the relative criterion scales), and, when exploration did
+    not show the neighbour to fail, the tested value just cheaper than the neighbour: the neighbour may be
+    the true answer, and the confirmation can then show it (it passes, the value beyond it fails) instead of
+    only refuting the exploration's answer; without an answer, none."""
     if le.threshold is not None:
         th = le.threshold
         if th.answer is None:
             return []
         keep = [th.answer, th.neighbour, th.reference]
+        if th.neighbour is not None and th.status.get(th.neighbour.label) != "fail":
+            keep.append(cheaper_neighbour(le.arms, th.neighbour.x, th.direction))
         return list({a.label: a for a in keep if a is not None}.values())
     if le.compare is not None:
         return [le.compare.a, le.compare.b]
@@ -477,10 +488,11 @@ def _explore_or_confirm(
     if seeds < budget.min_seeds:
         return None  # the runs left cannot hold a confirmation with labels: the answer stays unconfirmed
     used = _seeds_used(stages)
+    # the same seed numbers for every arm (none of them ran any before), so arms can be paired on seeds
+    start = 1 + max((s for lv in per_level for a in lv for s in used.get((a.level, a.x), [])), default=-1)
     arms = []
     for lv_arms in per_level:
         for a in lv_arms:
-            start = max(used.get((a.level, a.x), []), default=-1) + 1
             arms.append(
                 Arm(
                     x=a.x,

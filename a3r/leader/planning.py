@@ -1,9 +1,13 @@
 """`a3r plan "<goal>"`: the question as understood, the calibration and first-stage designs, an ETA, and
 whether the budget can answer at all, without running anything.
 
-The budget can answer when the calibration and the first comparison (stage 1) fit in its runs
-(`max_runs`) and, by the cost model, in its wall time (`total_wall_s`). When they do not, the plan shows
-the design the goal needs (sized with the run limit lifted) and the budget that holds it, as a command.
+The budget can answer when what the campaign will run fits in its runs (`max_runs`) and, by the cost
+model, in its wall time (`total_wall_s`): the calibration, the first comparison (stage 1) and, with a
+confirmation (the default), the confirmation's fresh seeds on the arms the answer rests on. The
+confirmation is counted at the seeds it would plan for 80% power against `PRIOR_EFFECT_SD` (the calibrated
+effect is only known after the calibration), capped by the runs left. The plan states the power those
+seeds buy and, below 80%, the budget (runs and wall time) that would reach it. When the first stages do
+not fit, the plan shows the design the goal needs (the run limit lifted) and the budget that holds it.
 
 The ETA comes from the measured cost model in `a3r.leader.costs`. A campaign re-estimates from its own
 calibration runs before the grid (the report shows estimated against actual); these priors only size the
@@ -13,18 +17,39 @@ plan before anything ran, and say so. Models without a prior get none: the plan 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from a3r.leader.calibration import calibration_stage
+from a3r.leader.calibration import answer_arms, calibration_stage
 from a3r.leader.costs import run_seconds
-from a3r.leader.design import BudgetError, ResearchBudget, StageDesign, first_stage, grid
+from a3r.leader.design import BudgetError, ResearchBudget, StageDesign, first_stage
 from a3r.leader.goals import Goal
 from a3r.leader.knobs import get_dotted
 from a3r.leader.power import TARGET_POWER, power_at
 from a3r.report.data import question_of
 
-__all__ = ["CampaignPlan", "plan_campaign", "stage_prior_s"]
+__all__ = ["PRIOR_EFFECT_SD", "CampaignPlan", "ConfirmationPlan", "plan_campaign", "stage_prior_s"]
+
+# The effect the plan sizes the confirmation for, in seed sds, before the calibration measures the real
+# one: the committed SmolLM2 arithmetic calibration found an effect of 0.164 (half the reference gain)
+# against a seed sd of 0.085, 1.9 sd; 1.5 leaves room for the 80% upper bound the campaign plans sigma at.
+PRIOR_EFFECT_SD = 1.5
+
+
+@dataclass(frozen=True)
+class ConfirmationPlan:
+    """The confirmation as the plan counts it: `arms` (all levels) x `seeds` fresh seeds, what that buys
+    against `PRIOR_EFFECT_SD`, and the seeds per arm that reach 80%."""
+
+    arms: int
+    seeds: int  # fresh seeds per arm the plan counts: those for 80% power, capped by the runs left
+    needed: int  # seeds per arm for 80% power against PRIOR_EFFECT_SD (at least min_seeds)
+    power: float  # at `seeds` (0 below min_seeds: no label, no answer)
+    run_s: float | None  # prior seconds of one confirmation run (the reference configuration's)
+
+    @property
+    def runs(self) -> int:
+        return self.arms * self.seeds
 
 
 @dataclass
@@ -38,31 +63,57 @@ class CampaignPlan:
     # the budget that holds the calibration and the first comparison ({} when this one does), and why not
     needed: dict[str, Any] = field(default_factory=dict)
     shortfall: list[str] = field(default_factory=list)
+    confirmation: ConfirmationPlan | None = None  # None without a confirmation stage
+
+    @property
+    def runs(self) -> int:
+        """Runs the campaign is planned to take: the stages shown plus the confirmation."""
+        return sum(s.n_runs for s in self.stages) + (self.confirmation.runs if self.confirmation else 0)
+
+    @property
+    def confirmation_eta_s(self) -> float:
+        c = self.confirmation
+        return 0.0 if c is None or c.run_s is None else c.runs * c.run_s / self.slots
 
     @property
     def eta_s(self) -> float | None:
-        return None if any(e is None for e in self.stage_eta_s) else sum(self.stage_eta_s)
+        """Estimated wall seconds of every planned stage, the confirmation included."""
+        if any(e is None for e in self.stage_eta_s) or (
+            self.confirmation and self.confirmation.run_s is None
+        ):
+            return None
+        return sum(self.stage_eta_s) + self.confirmation_eta_s
 
     @property
     def can_answer(self) -> bool:
-        """The calibration and the first comparison fit in the budget's runs and (estimated) wall time."""
+        """What the campaign will run (calibration, first comparison, confirmation) fits in the budget's runs
+        and (estimated) wall time."""
         return not self.shortfall
+
+    def _what(self) -> str:
+        c = self.confirmation
+        if c is None:
+            return "the calibration and the first comparison"
+        return f"the calibration, the first comparison and the confirmation ({c.arms} arm(s) x {c.seeds} fresh seed(s))"
 
     def verdict(self) -> str:
         """Whether the budget can answer, in one or two sentences a researcher can act on."""
-        runs = sum(s.n_runs for s in self.stages)
         eta = f", about {self.eta_s / 60:.0f} min by the cost model" if self.eta_s is not None else ""
         if self.can_answer:
             return (
-                f"The budget can answer: the calibration and the first comparison take {runs} run(s){eta}, "
+                f"The budget can answer: {self._what()} take {self.runs} run(s){eta}, "
                 f"within max_runs {self.budget.max_runs}"
                 + (f" and total_wall_s {self.budget.total_wall_s:g}" if self.budget.total_wall_s else "")
-                + "."
+                + (
+                    f", but with {100 * self.confirmation.power:.0f}% power (below {TARGET_POWER:.0%}: see the power line)."
+                    if self.confirmation is not None and self.confirmation.power < TARGET_POWER
+                    else "."
+                )
             )
         more = ",".join(f"{k}={v}" for k, v in self.needed.items())
         return (
-            f"The budget cannot answer: {'; '.join(self.shortfall)}. The calibration and the first comparison "
-            f"take {runs} run(s){eta}: run with --budget {more} (or name fewer values or seeds)."
+            f"The budget cannot answer: {'; '.join(self.shortfall)}. {self._what()[0].upper()}{self._what()[1:]} "
+            f"take {self.runs} run(s){eta}: run with --budget {more} (or name fewer values or seeds)."
         )
 
     def as_json(self) -> dict[str, Any]:
@@ -111,38 +162,36 @@ class CampaignPlan:
             "budget": self.budget.model_dump(mode="json"),
         }
 
-    def confirmation_room(self) -> tuple[int, int]:
-        """(arms the answer compares, fresh seeds per arm the runs left after these stages hold)."""
-        shape = self.goal.shape
-        k = len(grid(self.goal.factor, self.budget.grid_points))
-        arms = min(3, k)
-        if shape in ("compare", "effect") and k == 2:
-            arms = 2
-        left = self.budget.max_runs - sum(s.n_runs for s in self.stages)
-        return arms, min(self.budget.max_seeds, left // arms)
-
     def power_line(self) -> str:
-        """What power the budget buys, before anything is measured (sigma and the effect come from the
-        calibration; power depends only on their ratio, so it is stated as the effect it detects)."""
-        b = self.budget
-        if not b.confirms:
+        """What power the budget buys, before anything is measured: against `PRIOR_EFFECT_SD` (the calibration
+        measures sigma and the effect and re-sizes the confirmation), with, below 80%, the budget that would
+        reach it."""
+        b, c = self.budget, self.confirmation
+        if c is None:
             return (
                 f"Power: the grid is sized from the calibration's sigma (80% upper bound) for 80% power; at most "
                 f"{b.max_seeds} seeds per arm."
             )
-        arms, seeds = self.confirmation_room()
-        if seeds < b.min_seeds:
-            need = sum(s.n_runs for s in self.stages) + arms * b.min_seeds
-            return (
-                f"Power: below 80% for any effect: after these stages the budget holds {seeds} fresh seed(s) per arm for "
-                f"the confirmation of {arms} arm(s), fewer than min_seeds={b.min_seeds}; --budget max_runs={need} "
-                "at the least."
-            )
-        d = detectable_effect(self.goal.shape, arms, seeds, b.alpha)
-        return (
-            f"Power: the budget leaves room for a confirmation of {arms} arm(s) x {seeds} fresh seed(s); that detects an "
-            f"effect of {d:.2g} seed sd with 80% power (with sigma known; the calibration measures sigma and the effect "
-            "and re-sizes it, planning sigma at its 80% upper bound, and says if the budget falls short)."
+        head = (
+            f"Power: the confirmation gets {c.arms} arm(s) x {c.seeds} fresh seed(s): "
+            f"{100 * c.power:.0f}% power against an effect of {PRIOR_EFFECT_SD:g} seed sd (a prior: the calibration "
+            f"measures the effect and sigma, plans sigma at its 80% upper bound and re-sizes the confirmation)"
+        )
+        if c.power >= TARGET_POWER:
+            return head + "."
+        runs = sum(s.n_runs for s in self.stages) + c.arms * c.needed
+        parts = ([f"max_runs={runs}"] if runs > b.max_runs else []) + (
+            [f"max_seeds={c.needed}"] if c.needed > b.max_seeds else []
+        )
+        wall = ""
+        if self.eta_s is not None and c.run_s is not None:
+            total = sum(self.stage_eta_s) + c.arms * c.needed * c.run_s / self.slots
+            wall = f", about {total / 60:.0f} min by the cost model"
+            if b.total_wall_s is not None and total > b.total_wall_s:
+                parts.append(f"total_wall_s={math.ceil(total / 60) * 60}")
+        return head + (
+            f"; below {TARGET_POWER:.0%}. {TARGET_POWER:.0%} needs {c.needed} seed(s) per arm: {runs} run(s) in all"
+            f"{wall} (--budget {','.join(parts) or f'max_runs={runs}'})."
         )
 
     def render(self) -> str:
@@ -172,7 +221,7 @@ class CampaignPlan:
         lines.append(self.power_line())
         if self.eta_s is not None:
             lines.append(
-                f"ETA of these stages on {self.slots} slot(s): about {self.eta_s / 60:.1f} min (prior estimate, "
+                f"ETA of these stages and the confirmation on {self.slots} slot(s): about {self.eta_s / 60:.1f} min (prior estimate, "
                 "evaluations and checkpoints included; the grid is re-sized from the calibration's measured cost "
                 "and noise)."
             )
@@ -180,17 +229,35 @@ class CampaignPlan:
         return "\n".join(lines)
 
 
-def detectable_effect(shape: str, arms: int, seeds: int, alpha: float, *, power: float = TARGET_POWER) -> float:
-    """Smallest effect, in units of the seed sd, that `seeds` per arm detect with `power` (bisection on the
-    power the analysis rule has; power only depends on effect / sigma)."""
-    lo, hi = 0.0, 20.0
-    for _ in range(40):
-        mid = (lo + hi) / 2
-        if power_at(shape, arms, seeds, 1.0, mid, alpha, 0.0) >= power:
-            hi = mid
-        else:
-            lo = mid
-    return hi
+def plan_confirmation(
+    goal: Goal,
+    budget: ResearchBudget,
+    stages: list[StageDesign],
+    stage_eta_s: list[float | None],
+    slots: int,
+) -> ConfirmationPlan | None:
+    """The confirmation the campaign would run after `stages`: the seeds per arm for 80% power against
+    `PRIOR_EFFECT_SD`, capped by max_seeds, the runs left and (by the cost model) the wall time left, as
+    the campaign caps it; None without a confirmation. A run is priced as the first comparison's average."""
+    if not budget.confirms:
+        return None
+    per_level = answer_arms(goal, budget)
+    arms = per_level * (1 if goal.secondary is None else budget.secondary_levels)
+
+    def power(n: int) -> float:
+        ok = n >= budget.min_seeds
+        return power_at(goal.shape, per_level, n, 1.0, PRIOR_EFFECT_SD, budget.alpha, 0.0) if ok else 0.0
+
+    needed = budget.min_seeds
+    while needed < 64 and power(needed) < TARGET_POWER:
+        needed += 1
+    seeds = min(needed, budget.max_seeds, max(0, budget.max_runs - sum(s.n_runs for s in stages)) // arms)
+    last, eta = stages[-1], stage_eta_s[-1]
+    run_s = eta * slots / last.n_runs if eta is not None else None
+    if budget.total_wall_s is not None and run_s and all(e is not None for e in stage_eta_s):
+        wall_left = budget.total_wall_s - sum(stage_eta_s)
+        seeds = min(seeds, max(0, math.floor(wall_left * slots / run_s)) // arms)
+    return ConfirmationPlan(arms, seeds, needed, power(seeds), run_s)
 
 
 def stage_prior_s(goal: Goal, design: StageDesign, base_job: dict[str, Any], slots: int = 1) -> float | None:
@@ -216,18 +283,30 @@ def plan_campaign(
     try:
         stages.append(first_stage(goal, budget, prior=list(stages)))
     except BudgetError as e:
-        shortfall.append(f"the first comparison needs {e.needed} run(s) and max_runs {budget.max_runs} leaves {e.left}")
+        shortfall.append(
+            f"the first comparison needs {e.needed} run(s) and max_runs {budget.max_runs} leaves {e.left}"
+        )
         lifted = budget.model_copy(update={"max_runs": sum(s.n_runs for s in stages) + e.needed})
         stages.append(first_stage(goal, lifted, prior=list(stages)))
     etas = [stage_prior_s(goal, st, base_job, slots) for st in stages]
     model = str(get_dotted(base_job, "swarm.model.name", ""))
     if goal.fixed.get("swarm.model.name"):
         model = str(goal.fixed["swarm.model.name"])
-    plan = CampaignPlan(goal, budget, model, stages, etas, slots, shortfall=shortfall)
-    runs = sum(s.n_runs for s in stages)
+    confirmation = plan_confirmation(goal, budget, stages, etas, slots)
+    plan = CampaignPlan(
+        goal, budget, model, stages, etas, slots, shortfall=shortfall, confirmation=confirmation
+    )
     needed: dict[str, Any] = {}
-    if runs > budget.max_runs:
-        needed["max_runs"] = runs
+    if confirmation is not None and confirmation.seeds < budget.min_seeds:
+        # no confirmation with labels fits after the first stages: count it at min_seeds per arm
+        floor = confirmation.arms * budget.min_seeds
+        shortfall.append(
+            f"the confirmation needs at least {floor} run(s) ({confirmation.arms} arm(s) x min_seeds={budget.min_seeds} "
+            "fresh seeds), which the budget cannot hold after the first stages"
+        )
+        plan.confirmation = confirmation = replace(confirmation, seeds=budget.min_seeds, power=0.0)
+    if plan.runs > budget.max_runs:
+        needed["max_runs"] = plan.runs
     eta = plan.eta_s
     if budget.total_wall_s is not None and eta is not None and eta > budget.total_wall_s:
         shortfall.append(

@@ -56,6 +56,7 @@ def question_of(goal: Goal, budget: ResearchBudget | None = None, eval_items: in
         looks=b.looks,
         min_seeds=b.min_seeds,
         eval_items=eval_items if goal.metric == "eval_accuracy" else None,
+        pair_seeds=b.pair_seeds,
     )
 
 

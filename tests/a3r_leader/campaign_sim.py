@@ -17,6 +17,7 @@ minimum effect is `MIN_EFFECT` (0.5) of it, as `a3r.leader.calibration.measure` 
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -73,11 +74,27 @@ class Outcome:
 
 
 def _run_stage(
-    design: StageDesign, goal: Goal, gain: Callable[[Any], float], rng, sigma: float, first_id: int
+    design: StageDesign,
+    goal: Goal,
+    gain: Callable[[Any], float],
+    rng,
+    sigma: float,
+    first_id: int,
+    rho: float = 0.0,
+    seed_effects: dict[int, float] | None = None,
 ):
-    """Synthetic runs of one stage: step-0 score P0, final score P0 + gain + noise on the 1/m grid."""
+    """Synthetic runs of one stage: step-0 score P0, final score P0 + gain + noise on the 1/m grid. With
+    `rho` > 0 a share rho of each run's noise variance belongs to its seed (what runs of the same seed share:
+    task order and sampling streams), drawn once per campaign in `seed_effects`, so two arms' runs of the
+    same seed correlate by rho."""
     arms = [(a, s) for a in design.arms for s in a.seeds]
     noise = rng.normal(0.0, sigma, len(arms))  # (runs,)
+    if rho > 0:
+        effects = seed_effects if seed_effects is not None else {}
+        for s in sorted({s for _a, s in arms} - effects.keys()):
+            effects[s] = float(rng.normal(0.0, sigma))
+        shared = np.array([effects[s] for _a, s in arms])  # (runs,)
+        noise = math.sqrt(rho) * shared + math.sqrt(1 - rho) * noise
     truth = np.array([gain(a.x) for a, _s in arms])  # (runs,)
     final = np.clip(np.round((P0 + truth + noise) * EVAL_ITEMS) / EVAL_ITEMS, 0.0, 1.0)
     return [
@@ -103,15 +120,18 @@ def run_campaign(
     rng: np.random.Generator,
     *,
     sigma: float = SIGMA,
+    rho: float = 0.0,
 ) -> Outcome:
-    """One campaign from calibration to the policy's finish, as `a3r.leader.graph` sequences it."""
+    """One campaign from calibration to the policy's finish, as `a3r.leader.graph` sequences it; `rho` is
+    the correlation of two arms' runs of the same seed."""
     policy = OfflinePolicy()
     stages: list[StageDesign] = []
     obs: list[RunObs] = []
+    seed_effects: dict[int, float] = {}
 
     def run(design: StageDesign) -> None:
         stages.append(design)
-        obs.extend(_run_stage(design, goal, gain, rng, sigma, len(obs) + 1))
+        obs.extend(_run_stage(design, goal, gain, rng, sigma, len(obs) + 1, rho, seed_effects))
 
     if not budget.calibrate:  # the graph's plan node: the policy's first stage, nothing measured or sized
         return _research(
@@ -166,10 +186,19 @@ def answer_of(ev: Evidence | None) -> Any:
     return le.best.best.x
 
 
-def rates(goal: Goal, budget: ResearchBudget, gain: Callable[[Any], float], truth: Any, n: int, seed: int):
-    """(correct, wrong, mean runs) over n campaigns; `truth` is the right answer (None: no answer is right)."""
+def rates(
+    goal: Goal,
+    budget: ResearchBudget,
+    gain: Callable[[Any], float],
+    truth: Any,
+    n: int,
+    seed: int,
+    rho: float = 0.0,
+):
+    """(correct, wrong, mean runs) over n campaigns; `truth` is the right answer (None: no answer is right);
+    `rho` the correlation of runs that share a seed."""
     rng = np.random.default_rng(seed)
-    outs = [run_campaign(goal, budget, gain, rng) for _ in range(n)]
+    outs = [run_campaign(goal, budget, gain, rng, rho=rho) for _ in range(n)]
     right = sum(o.answer is not None and o.answer == truth for o in outs)
     wrong = sum(o.answer is not None and o.answer != truth for o in outs)
     return right / n, wrong / n, statistics.fmean(o.runs for o in outs)

@@ -9,6 +9,7 @@ campaigns when a true effect of the calibrated size exists, and no winner when n
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -25,7 +26,7 @@ from a3r.analysis import (
     welch_interval,
 )
 from a3r.analysis.curves import score_curve
-from a3r.analysis.stats import binomial_sd, sigma_upper, welch_power
+from a3r.analysis.stats import binomial_sd, paired_interval, sigma_upper, welch_power
 
 M = 64  # held-out items per evaluation
 P0 = 0.25  # untrained level
@@ -91,14 +92,21 @@ def _welch_monte_carlo(sigma, effect, n, nb, level, scale_b=1.0, floor=0.0, sims
 
 @pytest.mark.parametrize(
     ("n", "nb", "effect", "level", "scale_b", "floor"),
-    [(3, 3, 1.5, 0.95, 1.0, 0.0), (6, 6, 1.0, 0.9875, 1.0, 0.0), (8, 3, 1.0, 0.95, 1.0, 0.3), (5, 5, 1.2, 0.95, 0.5, 0.0)],
+    [
+        (3, 3, 1.5, 0.95, 1.0, 0.0),
+        (6, 6, 1.0, 0.9875, 1.0, 0.0),
+        (8, 3, 1.0, 0.95, 1.0, 0.3),
+        (5, 5, 1.2, 0.95, 0.5, 0.0),
+    ],
 )
 def test_welch_power_is_the_power_of_the_verdicts_own_rule(n, nb, effect, level, scale_b, floor):
     """The planned power matches a simulation of the Welch rule the verdicts use, within 3 Monte Carlo
     standard errors plus the quadrature's own error (0.001 against an exact-quantile grid)."""
     mc = _welch_monte_carlo(1.0, effect, n, nb, level, scale_b, floor)
     tol = 3 * math.sqrt(mc * (1 - mc) / 100_000) + 0.001
-    assert welch_power(1.0, effect, n, n_b=nb, level=level, scale_b=scale_b, floor_sd=floor) == pytest.approx(mc, abs=tol)
+    assert welch_power(1.0, effect, n, n_b=nb, level=level, scale_b=scale_b, floor_sd=floor) == pytest.approx(
+        mc, abs=tol
+    )
 
 
 def test_pooled_df_overstates_power_at_three_seeds():
@@ -172,6 +180,71 @@ def test_minimum_with_a_relative_criterion_fixed_by_the_calibration():
     assert th.status == {"bs=1": "fail", "bs=2": "pass", "bs=4": "pass"}
     assert th.answer.x == 2 and th.neighbour.x == 1 and th.conclusive
     assert "The smallest tested batch size that still trains is 2" in th.verdict
+
+
+def test_the_paired_interval_is_the_t_interval_of_per_seed_differences():
+    a, b = [0.5, 0.6, 0.7, 0.65], [0.4, 0.52, 0.58, 0.55]
+    d = [0.1, 0.08, 0.12, 0.1]  # mean 0.1, sd sqrt(0.0008 / 3)
+    half = st.t.ppf(0.975, 3) * math.sqrt(0.0008 / 3) / 2
+    iv = paired_interval(a, b)
+    assert (iv.mean, iv.lo, iv.hi, iv.n) == pytest.approx((0.1, 0.1 - half, 0.1 + half, 4))
+    # the same values unpaired: the seed-to-seed spread both arms share stays in, and 0 is inside
+    assert welch_interval(a, b).lo < 0 < iv.lo
+    assert t_interval(d).hi == pytest.approx(iv.hi)
+    with pytest.raises(ValueError, match="equal lengths"):
+        paired_interval(a, b[:3])
+
+
+def _seeded(arm_scores: dict, stage: int = 1, first_seed: int = 0) -> list[RunObs]:
+    out = []
+    for x, scores in arm_scores.items():
+        for i, v in enumerate(scores):
+            out.append(
+                RunObs(
+                    len(out) + 100 * stage,
+                    stage,
+                    first_seed + i,
+                    x,
+                    None,
+                    f"bs={x}",
+                    "succeeded",
+                    ((0, P0), (6, v)),
+                )
+            )
+    return out
+
+
+def test_pairing_is_chosen_from_the_exploration_never_from_the_runs_tested():
+    # exploration: seed effects shared by both arms (0, +0.2, -0.2, +0.1): paired differences are tight
+    shared = [0.0, 0.2, -0.2, 0.1]
+    explored = _seeded(
+        {2: [0.5 + e for e in shared], 4: [0.6 + e + 0.01 * (i % 2) for i, e in enumerate(shared)]}
+    )
+    # confirmation (stage 2, seeds 4..7): the same structure, the difference 0.1 hidden by the seed effects
+    fresh = _seeded(
+        {2: [0.5 + e for e in shared], 4: [0.6 + e + 0.01 * (i % 2) for i, e in enumerate(shared)]}, 2, 4
+    )
+    q = Question(shape="compare", name="batch size", eval_items=M, pair_seeds=True)
+    ev = analyse(q, explored + fresh, confirm_stage=2)
+    assert ev.pairing.use and ev.pairing.sd_paired < ev.pairing.sd_unpaired and ev.pairing.n == 4
+    assert ev.levels[0].compare.diff.hi < 0 and ev.levels[0].compare.winner.x == 4 and ev.conclusive
+    assert "paired on seeds" in ev.answer
+    # without pairing the same runs cannot separate the arms
+    plain = analyse(replace(q, pair_seeds=False), explored + fresh, confirm_stage=2)
+    assert plain.pairing is None and not plain.conclusive
+    # exploration whose seeds share nothing: unpaired, whatever the confirmation's runs look like
+    noisy = _seeded({2: [0.5, 0.7, 0.3, 0.6], 4: [0.75, 0.45, 0.7, 0.5]})
+    ev2 = analyse(q, noisy + fresh, confirm_stage=2)
+    assert not ev2.pairing.use and not ev2.conclusive and "unpaired (Welch)" in ev2.answer
+
+
+def test_a_gain_shown_above_zero_but_below_the_fails_margin_fails():
+    # "still trains" (criterion 0): bs=1 gains 0.06 for sure, but is shown below half of bs=8's 0.4, the
+    # smallest effect worth reporting, so it fails (before, being above 0 made it pass and the answer)
+    obs = runs({1: [0.05, 0.06, 0.07], 2: [0.4, 0.39, 0.41], 8: [0.4, 0.41, 0.39]})
+    th = analyse(q("minimum"), obs).levels[0].threshold
+    assert th.tests["bs=1"].lo > 0 and th.status["bs=1"] == "fail"
+    assert th.answer.x == 2 and th.neighbour.x == 1 and th.conclusive
 
 
 def test_absolute_criterion_reads_the_score_not_the_gain():

@@ -26,6 +26,7 @@ import a3r.analysis.evidence as evidence
 import a3r.analysis.stats as stats
 import a3r.leader.calibration as calibration
 import a3r.report.data as report_data
+from a3r.analysis.evidence import MIN_EFFECT
 from a3r.leader.design import ResearchBudget
 from a3r.leader.goals import Factor, Goal
 
@@ -70,15 +71,36 @@ def _step_at(x0: Any) -> Callable[[Any], float]:
     return lambda x: REF_GAIN if x >= x0 else 0.0
 
 
+def _margin_below(x0: Any, x_margin: Any) -> Callable[[Any], float]:
+    """From x0 on every arm gains the reference's gain; `x_margin` gains exactly MIN_EFFECT of it (on the
+    "fails" margin: it trains, but no more than the smallest effect worth reporting); the rest nothing."""
+    return lambda x: REF_GAIN if x >= x0 else MIN_EFFECT * REF_GAIN if x == x_margin else 0.0
+
+
 # -- checks -------------------------------------------------------------------------------------------------
 def power_check(goal: Goal, gain, truth: Any, budget: ResearchBudget = DEFAULT, seed: int = 1):
     right, _wrong, _runs = rates(goal, budget, gain, truth, N, seed)
     return right >= POWER_FLOOR, right, POWER_FLOOR
 
 
-def error_check(goal: Goal, gain, truth: Any, budget: ResearchBudget = DEFAULT, seed: int = 2):
-    _right, wrong, _runs = rates(goal, budget, gain, truth, N, seed)
+def error_check(goal: Goal, gain, truth: Any, budget: ResearchBudget = DEFAULT, seed: int = 2, rho: float = 0.0):
+    _right, wrong, _runs = rates(goal, budget, gain, truth, N, seed, rho)
     return wrong <= ERROR_CEILING, wrong, ERROR_CEILING
+
+
+RHO = 0.6  # correlation of two arms' runs that share a seed (positive: they share task order and sampling)
+PAIRING_GAIN = 0.04  # the least gain in correct answers pairing must buy at RHO in the check below
+
+
+def pairing_check(seed: int = 1):
+    """Correct conclusive answers of a 2-value compare at the calibrated effect with runs of the same seed
+    correlated by RHO, analysed with pairing allowed against the same campaigns with it off. The campaigns
+    are identical up to the confirmation's interval (same generator seed, and the design never depends on
+    pairing), so the difference is pairing's alone."""
+    goal, gain = _goal("compare", LR2), _better(3e-5)
+    paired, _w, _r = rates(goal, DEFAULT, gain, 3e-5, N, seed, RHO)
+    unpaired, _w, _r = rates(goal, DEFAULT.model_copy(update={"pair_seeds": False}), gain, 3e-5, N, seed, RHO)
+    return paired - unpaired >= PAIRING_GAIN, paired - unpaired, PAIRING_GAIN
 
 
 POWER = {
@@ -98,9 +120,19 @@ ERRORS = {
     "compare 2, tied": lambda: error_check(_goal("compare", LR2), _tie, None),
     # every value trains, so the smallest tested (1) is the answer; any other conclusive answer is wrong
     "minimum, all train": lambda: error_check(_goal("minimum", **BS_RANGE), _tie, 1),
+    # below the step at 8 batch size 3 keeps exactly half the reference gain (the "fails" margin) and 1
+    # nothing: 3 still trains, so it is the answer; naming 8 needs 3 shown short of the margin it sits on
+    "minimum, the value below the step sits on the fails margin": lambda: error_check(
+        _goal("minimum", **BS_RANGE), _margin_below(8, 3), 3
+    ),
     # no arm trains; a high learning rate destroys what the model knew: "better" than it is not "trains"
     "compare 2, neither trains": lambda: error_check(
         _goal("compare", LR2), lambda x: -0.2 if x == 3e-5 else 0.0, None
+    ),
+    # runs of the same seed correlated: the confirmation may be analysed paired on seeds
+    "compare 2, tied, seeds correlated": lambda: error_check(_goal("compare", LR2), _tie, None, rho=RHO),
+    "best of 3, two tied leaders, seeds correlated": lambda: error_check(
+        _goal("best", LR3), lambda x: REF_GAIN + (EFFECT if x != 1.5e-5 else 0.0), None, rho=RHO
     ),
     "compare 2 pooled over 4 looks, tied": lambda: error_check(_goal("compare", LR2), _tie, None, POOLED),
     "compare 2 in one stage of 3 seeds, tied": lambda: error_check(
@@ -119,6 +151,11 @@ def test_a_true_effect_of_the_calibrated_size_is_found(name):
 def test_wrong_answers_stay_below_alpha(name):
     ok, observed, ceiling = ERRORS[name]()
     assert ok, f"{name}: wrong answers in {observed:.3f} of {N} campaigns, allowed <= {ceiling:.3f}"
+
+
+def test_pairing_on_seeds_finds_more_when_seeds_correlate():
+    ok, gained, least = pairing_check()
+    assert ok, f"pairing raised correct answers by {gained:.3f} at rho {RHO}, need >= {least:.3f}"
 
 
 # -- planted defects ----------------------------------------------------------------------------------------
@@ -147,6 +184,27 @@ def _no_must_train(mp: pytest.MonkeyPatch) -> Iterator[None]:
     yield
 
 
+@contextmanager
+def _fails_from_the_point_estimate(mp: pytest.MonkeyPatch) -> Iterator[None]:
+    """A threshold's tests against the criterion and the "fails" margin read from the point estimate of the
+    difference, with no interval: an arm fails whenever its mean gain is below the margin."""
+    real = evidence._versus_reference
+
+    def point(*args: Any, **kw: Any) -> stats.Interval:
+        iv = real(*args, **kw)
+        return stats.Interval(iv.mean, iv.mean, iv.mean, iv.n, iv.level)
+
+    mp.setattr(evidence, "_versus_reference", point)
+    yield
+
+
+@contextmanager
+def _pairing_never_used(mp: pytest.MonkeyPatch) -> Iterator[None]:
+    """The pairing check always answers "unpaired"."""
+    mp.setattr(evidence, "pairing_check", lambda explored, n, level: None)
+    yield
+
+
 # each planted defect and the checks that must catch it (every check above catches at least one defect)
 CAUGHT_BY = {
     "no multiplicity correction": (
@@ -155,13 +213,18 @@ CAUGHT_BY = {
     ),
     "normal quantile": (_normal_quantile, ["compare 2 in one stage of 3 seeds, tied"]),
     "no must-train": (_no_must_train, ["compare 2, neither trains"]),
+    "pairing never used": (_pairing_never_used, ["pairing gain"]),
+    "threshold fails from the point estimate": (
+        _fails_from_the_point_estimate,
+        ["minimum, the value below the step sits on the fails margin"],
+    ),
 }
 
 
 @pytest.mark.parametrize(("defect", "check"), [(d, c) for d, (_m, cs) in CAUGHT_BY.items() for c in cs])
 def test_each_planted_defect_is_caught(defect, check, monkeypatch):
     plant, _checks = CAUGHT_BY[defect]
-    assert ERRORS.get(check) or POWER.get(check)
+    checks = {**POWER, **ERRORS, "pairing gain": pairing_check}
     with plant(monkeypatch):
-        ok, observed, bound = (ERRORS.get(check) or POWER[check])()
+        ok, observed, bound = checks[check]()
     assert not ok, f"{check} still passes with the defect {defect!r} planted ({observed:.3f} vs {bound:.3f})"

@@ -297,3 +297,42 @@ def test_exploration_leaves_the_confirmation_its_runs():
     # answer, neighbour and the reference (64), each with the same number of fresh seeds
     assert {a.x for a in confirm.arms} >= {64} and len({len(a.seeds) for a in confirm.arms}) == 1
     assert len(confirm.arms[0].seeds) >= budget.min_seeds
+
+
+def test_a_threshold_confirmation_can_show_the_exploration_s_uncertain_neighbour_is_the_answer():
+    # truth: from 8 on every arm gains 0.6, below it nothing; exploration's seeds of 8 are too noisy to show
+    # it trains, so exploration answers 23 with 8 uncertain. The confirmation re-runs 3 (the value beyond 8)
+    # too, finds 8 passing and 3 failing, and so confirms 8, the smallest tested value that trains.
+    goal = parse_goal("find the minimum batch size on arithmetic (1 to 64)")
+    budget = _confirming(max_stages=2)
+
+    def score(x, lvl, seed):
+        if x == 8 and seed < 3:
+            return [0.0, 0.9, 0.3][seed]
+        return (0.6 if x >= 8 else 0.0) + 0.01 * (seed % 3)
+
+    stages, ev = _run_confirming(goal, budget, score)
+    assert [s.kind for s in stages] == ["grid", "confirm"]
+    explored = ev.exploration.levels[0].threshold
+    assert explored.answer.x == 23 and explored.status[explored.neighbour.label] == "uncertain"
+    assert {a.x for a in stages[-1].arms} == {3, 8, 23, 64}
+    th = ev.levels[0].threshold
+    assert ev.conclusive and th.answer.x == 8 and th.neighbour.x == 3
+
+
+def test_a_threshold_confirmation_does_not_confirm_an_answer_whose_tested_neighbour_it_did_not_rerun():
+    # the same campaign, but exploration's 8 is shown to fail (below half the reference gain) and the
+    # confirmation (23, 8, 64) finds 8 passing: 3 lies between, tested only by the exploration, so 8 is
+    # not confirmed and neither is 23
+    goal = parse_goal("find the minimum batch size on arithmetic (1 to 64)")
+    budget = _confirming(max_stages=2)
+
+    def score(x, lvl, seed):
+        if x == 8 and seed < 3:
+            return 0.05 + 0.01 * seed
+        return (0.6 if x >= 8 else 0.0) + 0.01 * (seed % 3)
+
+    stages, ev = _run_confirming(goal, budget, score)
+    assert {a.x for a in stages[-1].arms} == {8, 23, 64}
+    th = ev.levels[0].threshold
+    assert th.answer.x == 8 and not ev.conclusive and "Not confirmed" in th.verdict

@@ -11,7 +11,8 @@ from a3r.leader.cli_commands import add_leader_commands
 from a3r.leader.costs import RUN_COST
 from a3r.leader.design import ResearchBudget
 from a3r.leader.goals import parse_goal
-from a3r.leader.planning import plan_campaign
+from a3r.leader.planning import PRIOR_EFFECT_SD, plan_campaign
+from a3r.leader.power import power_at
 
 GOAL = "Which learning rate trains arithmetic best: 3e-6, 1.5e-5 or 6e-5?"
 
@@ -30,20 +31,46 @@ def test_a_budget_whose_runs_cannot_hold_the_first_comparison_says_what_would():
     plan = plan_campaign(parse_goal(GOAL), ResearchBudget(max_runs=4), DEFAULT_BASE_JOB)
     # 3 pilot runs of the reference (1.5e-5, pooled into its arm) + 2 new values x 3 seeds
     assert [s.n_runs for s in plan.stages] == [3, 6] and {a.x for a in plan.stages[1].arms} == {3e-6, 6e-5}
-    assert not plan.can_answer and plan.needed == {"max_runs": 9}
+    # ... and the confirmation the campaign runs after them: 3 arms x min_seeds 3 fresh seeds at the least
+    assert plan.confirmation.arms == 3 and plan.confirmation.seeds == 3 and plan.runs == 18
+    assert not plan.can_answer and plan.needed == {"max_runs": 18}
     assert "The budget cannot answer: the first comparison needs 6 run(s) and max_runs 4 leaves 1" in plan.verdict()
-    assert "--budget max_runs=9" in plan.verdict()
+    assert "the confirmation needs at least 9 run(s)" in plan.verdict() and "--budget max_runs=18" in plan.verdict()
+
+
+def test_the_confirmation_is_counted_and_the_plan_states_its_power():
+    goal = parse_goal(GOAL)
+    plan = plan_campaign(goal, ResearchBudget(), DEFAULT_BASE_JOB)
+    c = plan.confirmation
+    # 48 runs: 9 for the calibration and the grid, the 39 left hold 11 of the 11 seeds per arm that 80%
+    # power against PRIOR_EFFECT_SD needs (best of 3: the leader must beat both others)
+    assert (c.arms, c.needed, c.seeds) == (3, 11, 11) and plan.runs == 42
+    assert power_at("best", 3, 11, 1.0, PRIOR_EFFECT_SD, 0.05, 0.0) >= 0.8 > power_at(
+        "best", 3, 10, 1.0, PRIOR_EFFECT_SD, 0.05, 0.0
+    )
+    assert plan.can_answer and "84% power" in plan.power_line() and "below 80%" not in plan.power_line()
+    assert "and the confirmation (3 arm(s) x 11 fresh seed(s)) take 42 run(s)" in plan.verdict()
+    # a run budget that holds 5 seeds per arm: it can answer, with the power it buys and what 80% needs
+    low = plan_campaign(goal, ResearchBudget(max_runs=24), DEFAULT_BASE_JOB)
+    assert low.can_answer and low.confirmation.seeds == 5
+    assert f"{100 * power_at('best', 3, 5, 1.0, PRIOR_EFFECT_SD, 0.05, 0.0):.0f}% power" in low.power_line()
+    assert "below 80%. 80% needs 11 seed(s) per arm: 42 run(s) in all" in low.power_line()
+    assert "--budget max_runs=42" in low.power_line() and "below 80%" in low.verdict()
 
 
 def test_a_wall_budget_the_cost_model_says_is_too_short_gets_the_one_that_holds_it():
     goal = parse_goal(GOAL)
-    eta = 9 * _smollm2_run_s(20)
-    assert math.isclose(plan_campaign(goal, ResearchBudget(), DEFAULT_BASE_JOB).eta_s, eta, rel_tol=1e-9)
-    short = plan_campaign(goal, ResearchBudget(total_wall_s=eta - 60), DEFAULT_BASE_JOB)
-    assert not short.can_answer and short.needed == {"total_wall_s": math.ceil(eta / 60) * 60}
-    enough = plan_campaign(goal, ResearchBudget(total_wall_s=eta + 60), DEFAULT_BASE_JOB)
-    assert enough.can_answer and enough.needed == {}
-    assert enough.verdict().startswith("The budget can answer: the calibration and the first comparison take 9")
+    run_s = _smollm2_run_s(20)  # every arm of this goal costs the same
+    full = plan_campaign(goal, ResearchBudget(), DEFAULT_BASE_JOB)
+    assert math.isclose(full.eta_s, 42 * run_s, rel_tol=1e-9)  # 9 first runs + 33 confirmation runs
+    # too short for the first stages and a 3-seed confirmation: cannot answer, and the wall that holds them
+    short = plan_campaign(goal, ResearchBudget(total_wall_s=18 * run_s - 60), DEFAULT_BASE_JOB)
+    assert not short.can_answer and short.needed == {"total_wall_s": math.ceil(18 * run_s / 60) * 60}
+    # enough for 5 seeds per arm: the campaign would cap its confirmation there, and the plan says so
+    capped = plan_campaign(goal, ResearchBudget(total_wall_s=24 * run_s + 60), DEFAULT_BASE_JOB)
+    assert capped.can_answer and capped.needed == {} and capped.confirmation.seeds == 5
+    assert f"--budget total_wall_s={math.ceil(42 * run_s / 60) * 60})" in capped.power_line()
+    assert capped.verdict().startswith("The budget can answer: the calibration, the first comparison and the confirmation")
 
 
 def test_checkpoints_and_evaluations_are_in_the_estimate():
@@ -52,8 +79,8 @@ def test_checkpoints_and_evaluations_are_in_the_estimate():
     every_step = {**DEFAULT_BASE_JOB, "swarm": {**DEFAULT_BASE_JOB["swarm"], "training": {"checkpoint_every": 1}}}
     with_ckpt = plan_campaign(goal, ResearchBudget(), every_step).eta_s
     without = plan_campaign(goal, ResearchBudget(), quiet).eta_s
-    # 9 runs x 19 writes: every step but the last (keep_final_checkpoint false: no write at max_steps)
-    assert math.isclose(with_ckpt - without, 9 * 19 * RUN_COST["smollm2-135m"].per_checkpoint, rel_tol=1e-9)
+    # 42 runs (confirmation included) x 19 writes: every step but the last (no write at max_steps)
+    assert math.isclose(with_ckpt - without, 42 * 19 * RUN_COST["smollm2-135m"].per_checkpoint, rel_tol=1e-9)
 
 
 def test_the_plan_command_prints_the_verdict(tmp_path, monkeypatch, capsys):
@@ -66,5 +93,5 @@ def test_the_plan_command_prints_the_verdict(tmp_path, monkeypatch, capsys):
     args = p.parse_args(["plan", GOAL, "--budget", "max_runs=4"])
     assert args.fn(args) == 0
     out = capsys.readouterr().out
-    assert "The budget cannot answer" in out and "--budget max_runs=9" in out
+    assert "The budget cannot answer" in out and "--budget max_runs=18" in out
     assert not (tmp_path / "campaigns").exists()  # planning runs and creates nothing

@@ -5,12 +5,22 @@ from __future__ import annotations
 import json
 import re
 
-from a3r.analysis import analyse, fmt
+import pytest
+
+from a3r.analysis import RunObs, analyse, fmt
 from a3r.leader.blueprints import stage_blueprints
 from a3r.leader.design import ResearchBudget, first_stage
 from a3r.leader.goals import parse_goal
 from a3r.leader.observe import observe
-from a3r.report import allowed_numbers, build_report_data, question_of, vet_prose, write_report
+from a3r.leader.power import power_at
+from a3r.report import (
+    allowed_numbers,
+    build_report_data,
+    question_of,
+    vet_prose,
+    write_report,
+)
+from a3r.report.data import achieved_power
 
 GOAL = "find the minimum batch size that still trains arithmetic in {1, 4, 16}"
 PROVENANCE = {
@@ -31,7 +41,8 @@ def _campaign(ws, record):
     camp = ws.create_campaign("synth", GOAL)
     stage = ws.create_stage(camp.id, "stage-1", design.purpose)
     runs = ws.add_blueprints(stage.id, stage_blueprints(goal, design))
-    level = {1: 0.1, 4: 0.5, 16: 0.8}
+    # bs=1 gains more than half of bs=16's (the "fails" margin), so it still trains and is the answer
+    level = {1: 0.5, 4: 0.6, 16: 0.8}
     for run in runs:
         x = ws.store.blueprint_of(run).engine_config["swarm"]["pool"]["batch_size"]
         # held-out accuracy: 0.1 untrained (step 0, the same for every run), then rising by the arm's gain
@@ -185,3 +196,20 @@ def test_table_labels_never_contradict_the_answer():
     assert not ev.conclusive and status == {"lr=3e-06": "not separated", "lr=1.5e-05": "leads", "lr=6e-05": "worse"}
     ev, status = _rows_for(text, {3e-6: 0.2, 1.5e-5: 0.6, 6e-5: 0.1})
     assert ev.conclusive and status["lr=1.5e-05"] == "best" and "Best learning rate: 1.5e-05" in ev.answer
+
+
+def test_the_report_states_the_power_the_answering_runs_had_not_the_seeds_it_asked_for():
+    # a confirmation of 4 seeds per arm where the calibration asked for 9: the power is that of 4 seeds
+    goal = parse_goal("compare learning rate 1e-5 with 3e-5 on arithmetic")
+    budget = ResearchBudget()
+    obs = [
+        RunObs(10 * x_i + s, 3, s, x, None, f"lr={x}", "succeeded", ((0, 0.25), (8, 0.25 + g + 0.01 * s)))
+        for x_i, (x, g) in enumerate([(1e-5, 0.3), (3e-5, 0.45)])
+        for s in range(4)
+    ]
+    ev = analyse(question_of(goal, budget, eval_items=64), obs)
+    cal = [{"visible": True, "sigma_plan": 0.1, "effect": 0.15, "seeds_per_arm": 9}]
+    p = achieved_power(goal, budget, ev, cal)
+    assert p["seeds"] == 4 and p["arms"] == 2 and p["needed"] == 9
+    assert p["power"] == pytest.approx(power_at("compare", 2, 4, 0.1, 0.15, 0.05, 1 / 64)) and p["power"] < 0.8
+    assert achieved_power(goal, budget, ev, [{**cal[0], "visible": False}]) is None  # nothing to size for
