@@ -28,22 +28,8 @@ from enum import Enum
 from typing import Any
 
 from engine.client import Episode, SwarmClient
-from engine.tasks.social import (
-    FIRST,
-    LAST,
-    Mode,
-    Player,
-    Speak,
-    episode_speaker,
-    full_names,
-    new_rng,
-    openai_speaker,
-    parse_vote,
-    play_grouped,
-    roster,
-    side_clients,
-    tally,
-)
+from engine.tasks import social
+from engine.tasks.social import FIRST, LAST, Mode, Player, Speak, openai_speaker, parse_vote, tally
 
 __all__ = [
     "FIRST", "LAST", "GameResult", "Mode", "Player", "Role", "SpyTask", "clients_for", "dataset", "deal",
@@ -104,7 +90,7 @@ def dataset(n: int, seed: int, players: tuple[int, ...] = (4, 5), max_rounds: in
 
 def deal(task: SpyTask, rng: random.Random) -> list[Player]:
     """Random full names, random ids, random spy seats."""
-    names = full_names(rng, task.players)
+    names = social.full_names(rng, task.players)
     spies = set(rng.sample(range(task.players), task.spies))
     return [
         Player(f"P{rng.randrange(100, 1000)}{i}", name, Role.SPY if i in spies else Role.CIVILIAN,
@@ -161,7 +147,7 @@ def play(task: SpyTask, speak: Speak, rng: random.Random) -> GameResult:
         if (w := winner(players)) is not None:
             return GameResult(w, rnd, log, said)
         alive = [p for p in players if p.alive]
-        names = roster(alive)
+        names = social.roster(alive)
         votes = [parse_vote(speak(p.role, vote_prompt(p.name, p.word, names, log)), alive, p) for p in alive]
         out = tally(votes)
         if out is not None:
@@ -175,14 +161,14 @@ def play(task: SpyTask, speak: Speak, rng: random.Random) -> GameResult:
 def play_episodes(episodes: Mapping[str, Episode], task: SpyTask, sampling: dict[str, Any],
                   rng: random.Random | None = None) -> dict[str, float]:
     """Play one game through the given episodes (keys: role values) and return each role's reward."""
-    speak = episode_speaker(episodes, sampling)
-    result = play(task, lambda role, prompt: speak(role.value, prompt), rng or new_rng())
+    speak = social.episode_speaker(episodes, sampling)
+    result = play(task, lambda role, prompt: speak(role.value, prompt), rng or social.new_rng())
     return {role.value: r for role, r in result.rewards().items()}
 
 
 def clients_for(mode: Mode, server_1: SwarmClient, server_2: SwarmClient | None = None) -> dict[str, SwarmClient]:
     """Role -> client: both roles on server 1 (SHARED), or civilians on 1 and spies on 2 (ADVERSARIAL)."""
-    return side_clients(mode, (Role.CIVILIAN.value, Role.SPY.value), server_1, server_2)
+    return social.side_clients(mode, (Role.CIVILIAN.value, Role.SPY.value), server_1, server_2)
 
 
 def play_games(clients: Mapping[str, SwarmClient], tasks: list[SpyTask], repeats: int, sampling: dict[str, Any],
@@ -190,5 +176,5 @@ def play_games(clients: Mapping[str, SwarmClient], tasks: list[SpyTask], repeats
     """`repeats` games of every task, committed together per game. Each (position, task) and role is one
     GRPO group: in SHARED mode a server's pool sees 2 x len(tasks) groups (size its batch for that).
     `prefix` (e.g. the step) keeps a task drawn again later from joining an old group."""
-    return play_grouped(clients, tasks, repeats, lambda eps, task: play_episodes(eps, task, sampling),
+    return social.play_grouped(clients, tasks, repeats, lambda eps, task: play_episodes(eps, task, sampling),
                         lambda task: task.id, concurrency, prefix)

@@ -43,24 +43,13 @@ from enum import Enum
 from typing import Any
 
 from engine.client import Episode, SwarmClient
+from engine.tasks import social
 from engine.tasks.base import Item
-from engine.tasks.social import (
-    Mode,
-    Player,
-    Speak,
-    episode_speaker,
-    full_names,
-    openai_speaker,
-    parse_vote,
-    play_grouped,
-    roster,
-    side_clients,
-    tally,
-)
+from engine.tasks.social import Mode, Player, Speak, parse_vote
 
 __all__ = [
     "GameResult", "Mode", "Night", "Role", "Setup", "Side", "Werewolf", "clients_for", "day_vote", "deal",
-    "night", "play", "play_episodes", "play_games", "winner",
+    "item_setup", "night", "play", "play_episodes", "play_games", "side_speaker", "winner",
 ]
 
 
@@ -120,7 +109,7 @@ class GameResult:
 
 def deal(setup: Setup, rng: random.Random) -> list[Player]:
     """Random full names, ids and seats: `wolves` werewolves, one seer, the rest villagers."""
-    names = full_names(rng, setup.players)
+    names = social.full_names(rng, setup.players)
     seats = rng.sample(range(setup.players), setup.wolves + 1)
     roles = {s: Role.WEREWOLF for s in seats[1:]} | {seats[0]: Role.SEER}
     return [Player(f"P{rng.randrange(100, 1000)}{i}", name, roles.get(i, Role.VILLAGER)) for i, name in enumerate(names)]
@@ -129,7 +118,7 @@ def deal(setup: Setup, rng: random.Random) -> list[Player]:
 def night(players: list[Player], wolf_targets: list[Player | None], seer_target: Player | None) -> Night:
     """Apply a night: the werewolves' plurality target dies (never a werewolf; a tie kills nobody); the
     seer's target is inspected (the caller tells only the seer). Targets come from `parse_vote`."""
-    victim = tally([t for t in wolf_targets if t is not None and t.alive and t.role is not Role.WEREWOLF])
+    victim = social.tally([t for t in wolf_targets if t is not None and t.alive and t.role is not Role.WEREWOLF])
     if victim is not None:
         victim.alive = False
     inspected = seer_target if seer_target is not None and seer_target.role is not Role.SEER else None
@@ -138,7 +127,7 @@ def night(players: list[Player], wolf_targets: list[Player | None], seer_target:
 
 def day_vote(votes: list[Player | None]) -> Player | None:
     """Apply the day's vote: the plurality is eliminated; a tie or no valid vote eliminates nobody."""
-    out = tally(votes)
+    out = social.tally(votes)
     if out is not None:
         out.alive = False
     return out
@@ -189,13 +178,13 @@ def play(setup: Setup, speak: Speak, rng: random.Random) -> GameResult:
         alive = [p for p in players if p.alive]
         prey = [p for p in alive if p.role is not Role.WEREWOLF]
         wolf_targets = [
-            ask(p, _head(p, players, findings, rnd, log) + f"It is night. Living villagers: {roster(prey)}.\n"
+            ask(p, _head(p, players, findings, rnd, log) + f"It is night. Living villagers: {social.roster(prey)}.\n"
                 "Which one do the werewolves kill? Answer with one name.", prey)
             for p in alive if p.role is Role.WEREWOLF
         ]
         seer = next((p for p in alive if p.role is Role.SEER), None)
         seer_target = None if seer is None else ask(
-            seer, _head(seer, players, findings, rnd, log) + f"It is night. Living players: {roster(alive)}.\n"
+            seer, _head(seer, players, findings, rnd, log) + f"It is night. Living players: {social.roster(alive)}.\n"
             "Whom do you inspect? Answer with one name.", alive)
         done = night(players, wolf_targets, seer_target)
         if done.inspected is not None:
@@ -212,7 +201,7 @@ def play(setup: Setup, speak: Speak, rng: random.Random) -> GameResult:
                                   + "It is day. Say one short sentence to the village.").split())[:200]
             log.append(f"{p.name}: {text}")
         votes = [
-            ask(p, _head(p, players, findings, rnd, log) + f"Living players: {roster(alive)}.\n"
+            ask(p, _head(p, players, findings, rnd, log) + f"Living players: {social.roster(alive)}.\n"
                 "Whom do you vote to eliminate? Answer with one player's name.", alive)
             for p in alive
         ]
@@ -232,15 +221,16 @@ def side_speaker(speak: Speak) -> Speak:
 def play_episodes(episodes: Mapping[str, Episode], setup: Setup, sampling: dict[str, Any],
                   rng: random.Random) -> GameResult:
     """Play one game through the given episodes (keys: side values)."""
-    return play(setup, side_speaker(episode_speaker(episodes, sampling)), rng)
+    return play(setup, side_speaker(social.episode_speaker(episodes, sampling)), rng)
 
 
 def clients_for(mode: Mode, server_1: SwarmClient, server_2: SwarmClient | None = None) -> dict[str, SwarmClient]:
     """Side -> client: both sides on server 1 (SHARED), or the village on 1 and the werewolves on 2."""
-    return side_clients(mode, (Side.VILLAGE.value, Side.WEREWOLVES.value), server_1, server_2)
+    return social.side_clients(mode, (Side.VILLAGE.value, Side.WEREWOLVES.value), server_1, server_2)
 
 
 def item_setup(item: Item) -> Setup:
+    """The game shape a task item deals."""
     return Setup(item.extra["players"], item.extra["wolves"], item.extra["max_rounds"])
 
 
@@ -254,7 +244,7 @@ def play_games(clients: Mapping[str, SwarmClient], items: list[Item], repeats: i
         results.append(res)
         return {side.value: r for side, r in res.rewards().items()}
 
-    play_grouped(clients, items, repeats, one, lambda item: item.id, concurrency, prefix)
+    social.play_grouped(clients, items, repeats, one, lambda item: item.id, concurrency, prefix)
     return results
 
 
@@ -281,12 +271,12 @@ class Werewolf:
             s = rng.choice(self.setups)
             deal_seed = rng.randrange(2**32)
             extra = {"players": s.players, "wolves": s.wolves, "max_rounds": s.max_rounds, "deal_seed": deal_seed}
-            prompt = f"Werewolf: {s.players} players, {s.wolves} werewolves, at most {s.max_rounds} rounds"
+            prompt = f"Werewolf: {s.players} players ({s.wolves} of them werewolves), at most {s.max_rounds} rounds"
             items.append(Item(f"ww{s.players}p{s.wolves}w-{deal_seed:08x}", prompt, None, extra))
         return items
 
     def run_roles(self, llms: Mapping[str, tuple[Any, str]], item: Item, sampling: dict[str, Any]) -> dict[str, float]:
         """Play the item's game, side -> (client, model) in, side -> reward out."""
-        speak = side_speaker(openai_speaker(llms, sampling))
+        speak = side_speaker(social.openai_speaker(llms, sampling))
         res = play(item_setup(item), speak, random.Random(item.extra["deal_seed"]))
         return {side.value: r for side, r in res.rewards().items()}

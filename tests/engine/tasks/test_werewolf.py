@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
-import sys
 
 import pytest
-import yaml
+from tests_support import swarm_train
 
 from engine.jobs import TrainJob
 from engine.tasks import get_task
@@ -174,12 +172,8 @@ SWARM = {
 
 @pytest.mark.slow
 def test_swarm_train_task_werewolf_trains_both_sides_of_one_shared_model(tmp_path):
-    job = {"task": "werewolf", "eval_size": 2, "max_tokens": 4, "concurrency": 4, "swarm": SWARM}
-    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
-    run = tmp_path / "run"
-    cmd = [sys.executable, "-m", "engine.cli", "train", "--config", str(tmp_path / "job.yaml"), "--run-dir", str(run)]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
+    job = {"task": "werewolf", "eval_size": 1, "max_tokens": 4, "concurrency": 4, "swarm": SWARM}
+    run = swarm_train(tmp_path, job)
     summary = json.loads((run / "summary.json").read_text())
     assert summary["task"] == "werewolf" and summary["final_status"]["global_step"] == 1
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
@@ -190,29 +184,12 @@ def test_swarm_train_task_werewolf_trains_both_sides_of_one_shared_model(tmp_pat
     assert evals["eval_accuracy/village"] + evals["eval_accuracy/werewolves"] == 1.0  # zero-sum, self-play
 
 
-@pytest.fixture
-def in_process(live_server):
-    """A team job's server factory over in-process live servers (the team loop without subprocess starts)."""
-
-    class InProcess:
-        def __init__(self, agent_dir):
-            self.srv = live_server(start=False)
-
-        def client(self, client_id):
-            return self.srv.client(client_id)
-
-        def stop(self):
-            pass  # live_server closes it at teardown
-
-    return InProcess
-
-
 @pytest.mark.slow
 def test_a_team_trains_each_side_on_its_own_server(tmp_path, in_process):
     from engine.teams.train import train_team
 
     team = {"agents": {"village": {"model": {"name": "tiny"}}, "werewolves": {"model": {"name": "tiny", "seed": 1}}}}
-    job = TrainJob.model_validate({"task": "werewolf", "eval_size": 2, "max_tokens": 4, "concurrency": 4,
+    job = TrainJob.model_validate({"task": "werewolf", "eval_size": 1, "max_tokens": 4, "concurrency": 4,
                                    "swarm": {**SWARM, "pool": {"batch_size": 1, "group_size": 2}}, "team": team})
     summary = train_team(job, tmp_path / "run", in_process)
     assert {n: st["global_step"] for n, st in summary["final_status"].items()} == {"village": 1, "werewolves": 1}
