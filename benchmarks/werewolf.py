@@ -44,18 +44,9 @@ from benchmarks.common import loadavg, machine_record  # noqa: E402
 from engine.client import EpisodeGroup, SwarmClient  # noqa: E402
 from engine.config import SwarmConfig  # noqa: E402
 from engine.jobs import ServerProcess  # noqa: E402
+from engine.tasks import werewolf as ww  # noqa: E402
 from engine.tasks.base import split_items  # noqa: E402
-from engine.tasks.werewolf import (  # noqa: E402
-    GameResult,
-    Mode,
-    Role,
-    Side,
-    Werewolf,
-    clients_for,
-    item_setup,
-    play_episodes,
-    play_games,
-)
+from engine.tasks.werewolf import GameResult, Role, Side  # noqa: E402
 from engine.teams.train import AgentServer, ServerFactory  # noqa: E402
 
 ARMS = ("shared", "non-shared")
@@ -84,7 +75,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.model, args.seeds, args.steps, args.games, args.group, args.eval = "tiny", 2, 1, 1, 2, 2
         args.max_tokens, args.lr, args.setups, args.max_rounds = 4, 1e-3, "3x1", 1  # ~8 calls a game
     try:
-        args.task = Werewolf(tuple(tuple(int(x) for x in s.split("x")) for s in args.setups.split(",")), args.max_rounds)
+        args.task = ww.Werewolf(tuple(tuple(int(x) for x in s.split("x")) for s in args.setups.split(",")), args.max_rounds)
     except ValueError as e:
         ap.error(f"--setups {args.setups!r}: {e} (write e.g. 5x1,7x2)")
     if args.seeds < 2:
@@ -130,7 +121,7 @@ def play_fixed_opponent(trained: SwarmClient, fixed: SwarmClient, side: Side, it
         k, r, item = job
         tid = f"{prefix}{k}:{item.id}:{side.value}"
         with trained.episode(tid, index=r) as mine, fixed.episode(tid, is_eval=True, index=r) as theirs:
-            res = play_episodes({side.value: mine, OTHER[side].value: theirs}, item_setup(item), sampling,
+            res = ww.play_episodes({side.value: mine, OTHER[side].value: theirs}, ww.item_setup(item), sampling,
                                 random.Random(item.extra["deal_seed"]))
             mine.end(res.rewards()[side])
             theirs.end(res.rewards()[OTHER[side]])
@@ -150,7 +141,7 @@ def evaluate(trained: SwarmClient, fixed: SwarmClient, side: Side, items: list, 
     def one(item) -> GameResult:
         ids = {k: f"eval:{item.id}:{k}" for k in clients}
         with EpisodeGroup(clients, ids, is_eval=True) as g:
-            res = play_episodes(g.episodes, item_setup(item), greedy, random.Random(item.extra["deal_seed"]))
+            res = ww.play_episodes(g.episodes, ww.item_setup(item), greedy, random.Random(item.extra["deal_seed"]))
             g.commit({s.value: r for s, r in res.rewards().items()})
         return res
 
@@ -187,7 +178,7 @@ def train_arm(args: argparse.Namespace, arm: str, seed: int, fixed: SwarmClient,
             items = train_items[step * args.games:(step + 1) * args.games]
             prefix = f"seed{seed}:s{step}:"
             if arm == "shared":
-                games = play_games(clients_for(Mode.SHARED, client), items, args.group, sampling,
+                games = ww.play_games(ww.clients_for(ww.Mode.SHARED, client), items, args.group, sampling,
                                    args.concurrency, prefix)
             else:
                 games = play_fixed_opponent(client, fixed, side, items, args.group, sampling, prefix, args.concurrency)
