@@ -11,6 +11,11 @@ Two variants share the job config:
   every batch to the mix; per-task rewards (`reward/<task>`) and held-out accuracies
   (`eval_accuracy/<task>`) land in the metrics.
 - team (`team:`): several models, one server each (engine.teams).
+
+A task whose roles are their own episodes even on one model (`episodes_per_role`, e.g. werewolf: a
+zero-sum game in one episode would always score the same) plays every item as an episode group on the
+one server, one task id per role, so each role forms its own GRPO groups: a step's B tasks are then
+B / len(roles) items, and held-out accuracy is logged per role (`eval_accuracy/<role>`) beside the mean.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from rich.console import Console
 
-from engine.client import SwarmClient, run_episodes
+from engine.client import RunnerResult, SwarmClient, run_episodes, run_groups
 from engine.config import SwarmConfig
 from engine.errors import ConfigError, EvaluationIncomplete, ServerLost
 from engine.tasks import get_task
@@ -48,7 +53,7 @@ class TrainJob(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    task: str = Field("arithmetic", description="Built-in task: arithmetic, countdown, calculator.")
+    task: str = Field("arithmetic", description="Built-in task: arithmetic, countdown, calculator, solve_check, werewolf.")
     swarm: SwarmConfig = SwarmConfig()
     seed: int = Field(
         0, description="Seeds the training data order (and the model, through swarm.model.seed)."
@@ -102,6 +107,20 @@ class TrainJob(BaseModel):
                 )
             if self.swarm.pool.client_share:
                 raise ConfigError("mix sets swarm.pool.client_share from the shares; remove client_share")
+        per_role = [t for t in self.mix or [self.task] if episodes_per_role(get_task(t))]
+        if per_role and self.mix:
+            raise ConfigError(f"task {per_role[0]!r} plays each role as its own episodes and cannot join a mix")
+        if per_role and self.team is None and self.swarm.pool.batch_size % len(get_task(self.task).roles):
+            roles = get_task(self.task).roles
+            raise ConfigError(
+                f"task {self.task!r} makes {len(roles)} GRPO groups per item (roles {list(roles)}), so "
+                f"swarm.pool.batch_size must be a multiple of {len(roles)}, got {self.swarm.pool.batch_size}"
+            )
+        if per_role and self.team is not None and self.team.method is not TeamMethod.INDEPENDENT:
+            raise ConfigError(
+                f"task {self.task!r} is a multi-role game with no single-agent episode; "
+                f"team.method must be independent, got {self.team.method.value!r}"
+            )
         if self.team is not None:
             roles = getattr(get_task(self.task), "roles", None)
             if self.team.method is TeamMethod.INDEPENDENT and set(roles or ()) != set(self.team.agents):
@@ -139,6 +158,38 @@ class TrainJob(BaseModel):
     @classmethod
     def from_yaml(cls, path: str | Path) -> TrainJob:
         return cls.model_validate(read_job_yaml(path))
+
+
+def episodes_per_role(task) -> bool:
+    """Whether `task` plays each role as its own episode even when one model plays them all."""
+    return getattr(task, "episodes_per_role", False)
+
+
+def items_per_batch(task, tasks_in_batch: int) -> int:
+    """Items behind a batch's tasks (GRPO groups): one group per role and item for per-role tasks."""
+    return tasks_in_batch // len(task.roles) if episodes_per_role(task) else tasks_in_batch
+
+
+def role_workflow(task, sampling: dict):
+    """A multi-role task's game on an episode group: each role talks to its own episode."""
+    return lambda g, item: task.run_roles({r: (g[r].openai(max_retries=0), g[r].model) for r in task.roles}, item, sampling)
+
+
+def run_items(
+    client: SwarmClient, task, items: list, item_of, sampling: dict, task_id, index=None, **kw,
+) -> RunnerResult:
+    """One episode per item on `client`, or for a per-role task one episode group per item on it (task
+    id `<id>:<role>` per role). `item_of(x)` is the task item behind entry x of `items`."""
+    if episodes_per_role(task):
+        play = role_workflow(task, sampling)
+        return run_groups(
+            {r: client for r in task.roles}, items, lambda g, x: play(g, item_of(x)),
+            task_id=lambda x: {r: f"{task_id(x)}:{r}" for r in task.roles}, index=index, **kw,
+        )
+    return run_episodes(
+        client, items, lambda ep, x: task.run(ep.openai(max_retries=0), ep.model, item_of(x), sampling),
+        task_id=task_id, index=index, **kw,
+    )
 
 
 def read_job_yaml(path: str | Path) -> dict:
@@ -241,14 +292,9 @@ def evaluate(
     """
     task = get_task(task_name or job.task)
     greedy = {"temperature": 0.0, "max_tokens": job.max_tokens}
-    res = run_episodes(
-        client,
-        items,
-        lambda ep, it: task.run(ep.openai(max_retries=0), ep.model, it, greedy),
-        task_id=lambda it: "eval:" + it.id,
-        concurrency=job.concurrency,
-        is_eval=True,
-        show_progress=True,
+    res = run_items(
+        client, task, items, lambda it: it, greedy, lambda it: "eval:" + it.id,
+        concurrency=job.concurrency, is_eval=True, show_progress=True,
     )
     scored = sum(r is not None for r in res.rewards)
     if scored < len(items):
@@ -258,6 +304,8 @@ def evaluate(
         )
     acc = res.mean_reward
     console.print(f"[bold]{label}[/] greedy accuracy ({key}) on {len(items)} held-out items: {acc:.3f}")
+    for role, role_acc in res.mean_by_role().items():  # per-role tasks: each role's win rate
+        log.write({"step": step, f"{key}/{role}": role_acc})
     log.write({"step": step, key: acc, eval_items_key(key): len(items)})
     return acc
 
@@ -389,7 +437,8 @@ def _drive(server: ServerProcess, job: TrainJob, cfg: SwarmConfig, run_dir: Path
     per_batch = job.tasks_per_batch()
     N = cfg.pool.group_size
     data = {
-        t: split_items(get_task(t), n * max_steps, job.eval_size, job.seed, job.eval_seed) for t, n in per_batch.items()
+        t: split_items(get_task(t), items_per_batch(get_task(t), n) * max_steps, job.eval_size, job.seed, job.eval_seed)
+        for t, n in per_batch.items()
     }
     held_out = {t: d[1] for t, d in data.items()}
     # Held-out accuracy goes where the server's per-step metrics go (run dir, and A3R's metrics file).
@@ -453,22 +502,20 @@ def _run_mixed_step(
 ) -> dict[str, float]:
     """One step's episodes: each task's share of the batch (B tasks x N repeats), the tasks concurrently.
 
-    Episodes in `held` (already in the server's pool or in training) are not run again; a task whose
-    every episode is held reports its mean reward as NaN (the server's step metrics have it).
+    Episodes in `held` (already in the server's pool or in training) are not run again (a per-role task's
+    game when its first role's episode is held: a group lands on its one server whole or not at all); a
+    task whose every episode is held reports its mean reward as NaN (the server's step metrics have it).
     """
 
     def run_task(t: str) -> float:
-        task, n = get_task(t), per_batch[t]
+        task = get_task(t)
+        n = items_per_batch(task, per_batch[t])
         batch = data[t][0][step * n : (step + 1) * n]
-        episodes = [e for e in step_episodes(t, batch, step, N, bool(job.mix)) if e[:2] not in held]
-        res = run_episodes(
-            clients[t],
-            episodes,
-            lambda ep, e: task.run(ep.openai(max_retries=0), ep.model, e[2], sampling),
-            task_id=lambda e: e[0],
-            index=lambda i: episodes[i][1],
-            concurrency=max(1, job.concurrency // len(per_batch)),
-            show_progress=True,
+        first = f":{task.roles[0]}" if episodes_per_role(task) else ""
+        episodes = [e for e in step_episodes(t, batch, step, N, bool(job.mix)) if (e[0] + first, e[1]) not in held]
+        res = run_items(
+            clients[t], task, episodes, lambda e: e[2], sampling, lambda e: e[0], index=lambda i: episodes[i][1],
+            concurrency=max(1, job.concurrency // len(per_batch)), show_progress=True,
         )
         return res.mean_reward
 

@@ -64,3 +64,21 @@ def fake_llm():
     yield start
     for s in servers:
         s.close()
+
+
+@pytest.fixture
+def in_process(live_server):
+    """A team job's server factory over in-process live servers: the loop `swarm train` runs over
+    subprocesses, without their start-up cost (the subprocess path is the cocktail test's)."""
+
+    class InProcess:
+        def __init__(self, agent_dir):
+            self.srv = live_server(start=False)
+
+        def client(self, client_id):
+            return self.srv.client(client_id)
+
+        def stop(self):
+            pass  # live_server closes it at teardown
+
+    return InProcess

@@ -14,6 +14,21 @@ def child_pids(pid: int) -> list[int]:
     return [int(c) for task in Path(f"/proc/{pid}/task").iterdir() for c in (task / "children").read_text().split()]
 
 
+def swarm_train(tmp_path, job: dict, timeout: float = 600):
+    """Run `swarm train --config <job>` as a subprocess into tmp_path/run; its stderr tail on failure."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "engine.cli", "train", "--config", str(tmp_path / "job.yaml"), "--run-dir", str(run)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return run
+
+
 def free_port() -> int:
     import socket
 

@@ -38,9 +38,11 @@ class EpisodeGroup:
         task_id: str | dict[str, str],
         is_eval: bool = False,
         commit_timeout_s: float = 120.0,
+        index: int | None = None,
     ) -> None:
         """`task_id` is one id for every member, or one per member name: roles served by the same server
-        (one shared model) need their own ids there so each role forms its own GRPO groups."""
+        (one shared model) need their own ids there so each role forms its own GRPO groups. `index` numbers
+        every member among its task's episodes (see `SwarmClient.begin_episode`)."""
         self.group_id = "grp-" + secrets.token_hex(16)
         self.is_eval = is_eval
         self.commit_timeout_s = commit_timeout_s
@@ -51,7 +53,7 @@ class EpisodeGroup:
         try:
             for name, client in clients.items():
                 tid = task_id if isinstance(task_id, str) else task_id[name]
-                self.episodes[name] = client.begin_episode(tid, is_eval)
+                self.episodes[name] = client.begin_episode(tid, is_eval, index=index)
         except Exception:
             self.abort()
             raise

@@ -125,19 +125,22 @@ def run_groups(
     clients: dict[str, SwarmClient],
     items: Sequence[Any],
     fn: GroupFn,
-    task_id: Callable[[Any], str] = str,
+    task_id: Callable[[Any], str | dict[str, str]] = str,
     concurrency: int = 8,
     retries: int = 2,
     is_eval: bool = False,
     show_progress: bool = True,
+    index: Callable[[int], int] | None = None,
 ) -> RunnerResult:
     """Run one episode group (role -> server) per item; each group commits on every server or none.
 
     A failed workflow aborts its group everywhere and is retried; `accepted` counts accepted episodes.
+    `task_id` gives one id for every role or one per role (see `EpisodeGroup`); `index(i)` numbers item
+    i's episodes among their task's (default: none, the server numbers them).
     """
 
     def attempt(i: int):
-        with EpisodeGroup(clients, task_id(items[i]), is_eval=is_eval) as g:
+        with EpisodeGroup(clients, task_id(items[i]), is_eval=is_eval, index=None if index is None else index(i)) as g:
             rewards = {role: float(r) for role, r in fn(g, items[i]).items()}
             outcomes = g.commit(rewards)
             return sum(rewards.values()) / len(rewards), rewards, sum(o.accepted for o in outcomes.values())

@@ -23,7 +23,9 @@ class Item:
 
 class Task(Protocol):
     """One agent plays the task. Multi-model tasks also have `roles` and `run_roles(llms, item, sampling)`
-    (role -> (client, model) in, role -> reward out): each role may then be its own model and server."""
+    (role -> (client, model) in, role -> reward out): each role may then be its own model and server.
+    A multi-role task with `episodes_per_role = True` (a game whose sides would score the same in one
+    episode) has no `run`: one model plays it as one episode per role (engine.jobs.run_items)."""
 
     name: str
 

@@ -22,20 +22,19 @@ from __future__ import annotations
 
 import random
 import re
-import secrets
-from collections import Counter
-from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from engine.client import Episode, EpisodeGroup, SwarmClient
+from engine.client import Episode, SwarmClient
+from engine.tasks import social
+from engine.tasks.social import FIRST, LAST, Mode, Player, Speak, openai_speaker, parse_vote, tally
 
 __all__ = [
-    "GameResult", "Mode", "Player", "Role", "SpyTask", "clients_for", "dataset", "deal", "describe_prompt",
-    "openai_speaker", "parse_vote", "play", "play_episodes", "play_games", "says_word", "tally", "vote_prompt",
-    "winner",
+    "FIRST", "LAST", "GameResult", "Mode", "Player", "Role", "SpyTask", "clients_for", "dataset", "deal",
+    "describe_prompt", "openai_speaker", "parse_vote", "play", "play_episodes", "play_games", "says_word",
+    "tally", "vote_prompt", "winner",
 ]
 
 
@@ -44,20 +43,11 @@ class Role(str, Enum):
     SPY = "spy"
 
 
-class Mode(str, Enum):
-    SHARED = "shared"
-    ADVERSARIAL = "adversarial"
-
-
 WORD_PAIRS = [
     ("apple", "pear"), ("cat", "dog"), ("coffee", "tea"), ("piano", "guitar"), ("sun", "moon"),
     ("train", "bus"), ("river", "lake"), ("book", "magazine"), ("rose", "tulip"), ("snow", "rain"),
     ("bread", "cake"), ("chess", "checkers"), ("shoe", "boot"), ("violin", "cello"), ("bee", "wasp"),
 ]
-FIRST = ["Ada", "Bruno", "Chen", "Dara", "Emil", "Farah", "Goran", "Hana", "Ivo", "Jun", "Kemal", "Lena",
-         "Mateo", "Nia", "Oskar", "Priya", "Quinn", "Rafa", "Sofia", "Tariq", "Uma", "Viktor", "Wen", "Yara"]
-LAST = ["Abara", "Berg", "Costa", "Dube", "Eriksen", "Fujita", "Garcia", "Haddad", "Ivanova", "Jensen",
-        "Kowalski", "Lindqvist", "Moreau", "Nakamura", "Okafor", "Petrov", "Rossi", "Silva", "Tanaka", "Weber"]
 
 
 @dataclass(frozen=True)
@@ -72,15 +62,6 @@ class SpyTask:
     def __post_init__(self) -> None:
         if not 1 <= self.spies < self.players - self.spies:
             raise ValueError(f"{self.spies} spies among {self.players} players: spies must be fewer than civilians")
-
-
-@dataclass
-class Player:
-    pid: str
-    name: str
-    role: Role
-    word: str
-    alive: bool = True
 
 
 @dataclass
@@ -109,37 +90,13 @@ def dataset(n: int, seed: int, players: tuple[int, ...] = (4, 5), max_rounds: in
 
 def deal(task: SpyTask, rng: random.Random) -> list[Player]:
     """Random full names, random ids, random spy seats."""
-    names = rng.sample([f"{f} {ln}" for f in FIRST for ln in LAST], task.players)
+    names = social.full_names(rng, task.players)
     spies = set(rng.sample(range(task.players), task.spies))
     return [
         Player(f"P{rng.randrange(100, 1000)}{i}", name, Role.SPY if i in spies else Role.CIVILIAN,
                task.spy_word if i in spies else task.civilian_word)
         for i, name in enumerate(names)
     ]
-
-
-def parse_vote(reply: str, candidates: list[Player], voter: Player) -> Player | None:
-    """The candidate (not the voter) named last in the reply, by full name, first name or id."""
-    best, pos = None, -1
-    for p in candidates:
-        if p is voter:
-            continue
-        for key in (p.name, p.name.split()[0], p.pid):
-            for m in re.finditer(rf"\b{re.escape(key)}\b", reply or "", flags=re.I):
-                if m.start() > pos:
-                    best, pos = p, m.start()
-    return best
-
-
-def tally(votes: list[Player | None]) -> Player | None:
-    """The plurality target; a tie (or no valid vote) eliminates nobody."""
-    counts = Counter(id(v) for v in votes if v is not None)
-    if not counts:
-        return None
-    ranked = counts.most_common()
-    if len(ranked) > 1 and ranked[0][1] == ranked[1][1]:
-        return None
-    return next(v for v in votes if v is not None and id(v) == ranked[0][0])
 
 
 def winner(players: list[Player]) -> Role | None:
@@ -155,10 +112,6 @@ def winner(players: list[Player]) -> Role | None:
 def says_word(text: str, word: str) -> bool:
     """Whether a description names the secret word (or its plural): the speaker is out."""
     return re.search(rf"\b{re.escape(word)}s?\b", text or "", flags=re.I) is not None
-
-
-# speak(role, prompt) -> reply: the role selects whose model answers (its episode)
-Speak = Callable[[Role, str], str]
 
 
 def describe_prompt(name: str, pid: str, word: str, rnd: int, seen: list[str]) -> str:
@@ -194,8 +147,8 @@ def play(task: SpyTask, speak: Speak, rng: random.Random) -> GameResult:
         if (w := winner(players)) is not None:
             return GameResult(w, rnd, log, said)
         alive = [p for p in players if p.alive]
-        roster = ", ".join(f"{p.name} ({p.pid})" for p in alive)
-        votes = [parse_vote(speak(p.role, vote_prompt(p.name, p.word, roster, log)), alive, p) for p in alive]
+        names = social.roster(alive)
+        votes = [parse_vote(speak(p.role, vote_prompt(p.name, p.word, names, log)), alive, p) for p in alive]
         out = tally(votes)
         if out is not None:
             out.alive = False
@@ -205,32 +158,17 @@ def play(task: SpyTask, speak: Speak, rng: random.Random) -> GameResult:
     return GameResult(Role.SPY, task.max_rounds, log, said)  # the spies survived every round
 
 
-def openai_speaker(llms: Mapping[Role, tuple[Any, str]], sampling: dict[str, Any]) -> Speak:
-    """speak() over OpenAI clients: role -> (client, model name)."""
-
-    def speak(role: Role, prompt: str) -> str:
-        llm, model = llms[role]
-        out = llm.chat.completions.create(model=model, messages=[{"role": "user", "content": prompt}], **sampling)
-        return out.choices[0].message.content or ""
-
-    return speak
-
-
 def play_episodes(episodes: Mapping[str, Episode], task: SpyTask, sampling: dict[str, Any],
                   rng: random.Random | None = None) -> dict[str, float]:
     """Play one game through the given episodes (keys: role values) and return each role's reward."""
-    speak = openai_speaker({Role(k): (ep.openai(max_retries=0), ep.model) for k, ep in episodes.items()}, sampling)
-    result = play(task, speak, rng or random.Random(secrets.randbits(64)))
+    speak = social.episode_speaker(episodes, sampling)
+    result = play(task, lambda role, prompt: speak(role.value, prompt), rng or social.new_rng())
     return {role.value: r for role, r in result.rewards().items()}
 
 
 def clients_for(mode: Mode, server_1: SwarmClient, server_2: SwarmClient | None = None) -> dict[str, SwarmClient]:
     """Role -> client: both roles on server 1 (SHARED), or civilians on 1 and spies on 2 (ADVERSARIAL)."""
-    if mode is Mode.ADVERSARIAL:
-        if server_2 is None:
-            raise ValueError("adversarial mode needs a second server for the spies")
-        return {Role.CIVILIAN.value: server_1, Role.SPY.value: server_2}
-    return {Role.CIVILIAN.value: server_1, Role.SPY.value: server_1}
+    return social.side_clients(mode, (Role.CIVILIAN.value, Role.SPY.value), server_1, server_2)
 
 
 def play_games(clients: Mapping[str, SwarmClient], tasks: list[SpyTask], repeats: int, sampling: dict[str, Any],
@@ -238,14 +176,5 @@ def play_games(clients: Mapping[str, SwarmClient], tasks: list[SpyTask], repeats
     """`repeats` games of every task, committed together per game. Each (position, task) and role is one
     GRPO group: in SHARED mode a server's pool sees 2 x len(tasks) groups (size its batch for that).
     `prefix` (e.g. the step) keeps a task drawn again later from joining an old group."""
-
-    def one(pair: tuple[int, SpyTask]) -> dict[str, float]:
-        k, task = pair
-        ids = {role.value: f"{prefix}{k}:{task.id}:{role.value}" for role in Role}
-        with EpisodeGroup(dict(clients), ids) as group:
-            rewards = play_episodes(group.episodes, task, sampling)
-            group.commit(rewards)
-        return rewards
-
-    with ThreadPoolExecutor(concurrency) as pool:
-        return list(pool.map(one, [(k, t) for k, t in enumerate(tasks) for _ in range(repeats)]))
+    return social.play_grouped(clients, tasks, repeats, lambda eps, task: play_episodes(eps, task, sampling),
+                        lambda task: task.id, concurrency, prefix)

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 from engine.client import SwarmClient, run_episodes, run_groups
 from engine.client.exchange import exchange_samples
 from engine.errors import ConfigError, EvaluationIncomplete, SwarmError
-from engine.jobs import ServerProcess, TrainJob, console, evaluate
+from engine.jobs import ServerProcess, TrainJob, console, evaluate, role_workflow
 from engine.tasks import get_task
 from engine.tasks.base import split_items
 from engine.teams.config import SyncMode, TeamMethod, agent_config
@@ -76,11 +76,6 @@ def _start(client: SwarmClient, agent: str) -> int:
         raise SwarmError(f"agent {agent!r}: {e}") from e
 
 
-def _workflow(task, sampling: dict):
-    """The multi-role workflow on an episode group: each role talks to its own episode's server."""
-    return lambda g, item: task.run_roles({r: (g[r].openai(max_retries=0), g[r].model) for r in task.roles}, item, sampling)
-
-
 def _evaluate_team(clients: dict[str, SwarmClient], job: TrainJob, held_out, label: str, step: int, log: MetricsLog) -> dict[str, float]:
     """Per-agent held-out accuracy (a role's reward in independent teams) and their mean."""
     team = job.team
@@ -88,7 +83,7 @@ def _evaluate_team(clients: dict[str, SwarmClient], job: TrainJob, held_out, lab
         task = get_task(job.task)
         greedy = {"temperature": 0.0, "max_tokens": job.max_tokens}
         res = run_groups(
-            clients, held_out, _workflow(task, greedy), task_id=lambda it: "eval:" + it.id,
+            clients, held_out, role_workflow(task, greedy), task_id=lambda it: "eval:" + it.id,
             concurrency=job.concurrency, is_eval=True,
         )
         scored = sum(r is not None for r in res.rewards)
@@ -115,7 +110,7 @@ def _run_step(clients: dict[str, SwarmClient], job: TrainJob, batch, step: int, 
         return f"s{step}:{pair[0]}:{pair[1].id}"
 
     if team.method is TeamMethod.INDEPENDENT:
-        play_roles = _workflow(task, sampling)
+        play_roles = role_workflow(task, sampling)
         res = run_groups(
             clients, episodes, lambda g, pair: play_roles(g, pair[1]), task_id=task_id, concurrency=job.concurrency
         )

@@ -1,0 +1,283 @@
+"""Werewolf at CPU scale: does training one side beat the untrained model, and does sharing parameters
+between the sides help or hurt (the swarm paper's shared against non-shared comparison)?
+
+Per seed, two arms train the same side (`--side`, default the village) for `--steps` steps of `--games`
+deals x `--group` games (a GRPO group per deal and trained side), from the same untrained model:
+- shared: one model plays both sides (self-play) and trains on both sides' episodes, each side under its
+  own task ids (engine.tasks.werewolf, SHARED mode): twice the samples per step, a moving opponent.
+- non-shared: the trained side's model on its own server; the opponent is the untrained model on a second
+  server, held fixed (its episodes are eval episodes, never trained).
+Then the trained side's model plays the held-out deals (the same for every seed and arm, none of them
+trained on) against the untrained model, greedy. Reported: its win rate minus the baseline (the untrained
+model in both seats, on the same deals), with t intervals over seeds; the paired difference shared minus
+non-shared; and per role (werewolf, seer, villager) the share of invalid moves (abstentions), with the
+seer's finds per game.
+
+    .venv/bin/python benchmarks/werewolf.py --seeds 5 --steps 20 --out docs/benchmarks/werewolf
+
+Power: each interval's half-width is the smallest effect that many seeds can tell from zero, and the page
+says so beside it; one seed's win rate over K held-out games also carries binomial noise sqrt(p(1-p)/K).
+Seeds vary the training deals and the sampling streams (task ids); the model's weights and the held-out
+deals are the same in every run, so the untrained baseline is measured once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import shlex
+import sys
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from a3r.analysis.stats import t_interval  # noqa: E402
+from benchmarks.common import loadavg, machine_record  # noqa: E402
+from engine.client import EpisodeGroup, SwarmClient  # noqa: E402
+from engine.config import SwarmConfig  # noqa: E402
+from engine.jobs import ServerProcess  # noqa: E402
+from engine.tasks import werewolf as ww  # noqa: E402
+from engine.tasks.base import split_items  # noqa: E402
+from engine.tasks.werewolf import GameResult, Role, Side  # noqa: E402
+from engine.teams.train import AgentServer, ServerFactory  # noqa: E402
+
+ARMS = ("shared", "non-shared")
+OTHER = {Side.VILLAGE: Side.WEREWOLVES, Side.WEREWOLVES: Side.VILLAGE}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--side", choices=[s.value for s in Side], default=Side.VILLAGE.value, help="the side trained")
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--games", type=int, default=4, help="deals per step")
+    ap.add_argument("--group", type=int, default=4, help="games per deal (the GRPO group size)")
+    ap.add_argument("--eval", type=int, default=48, help="held-out deals")
+    ap.add_argument("--setups", default="5x1,6x1,7x2", help="game shapes dealt: PLAYERSxWEREWOLVES, comma-separated")
+    ap.add_argument("--max-rounds", type=int, default=3)
+    ap.add_argument("--lr", type=float, default=1e-5)
+    ap.add_argument("--max-tokens", type=int, default=24)
+    ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--smoke", action="store_true", help="tiny model, 2 seeds, 1 step, 2 held-out deals")
+    ap.add_argument("--out", default="docs/benchmarks/werewolf", help="writes OUT.json and OUT.md")
+    ap.add_argument("--work", default="runs/werewolf-bench", help="the servers' run dirs and logs")
+    args = ap.parse_args(argv)
+    if args.smoke:
+        args.model, args.seeds, args.steps, args.games, args.group, args.eval = "tiny", 2, 1, 1, 2, 2
+        args.max_tokens, args.lr, args.setups, args.max_rounds = 4, 1e-3, "3x1", 1  # ~8 calls a game
+    try:
+        args.task = ww.Werewolf(tuple(tuple(int(x) for x in s.split("x")) for s in args.setups.split(",")), args.max_rounds)
+    except ValueError as e:
+        ap.error(f"--setups {args.setups!r}: {e} (write e.g. 5x1,7x2)")
+    if args.seeds < 2:
+        ap.error("--seeds must be at least 2: the intervals are over seeds")
+    return args
+
+
+def server_config(args: argparse.Namespace, run_dir: Path, batch: int) -> SwarmConfig:
+    small = args.model == "tiny"
+    return SwarmConfig.model_validate({
+        "model": {"name": args.model}, "run_dir": str(run_dir),
+        "pool": {"batch_size": batch, "group_size": args.group},
+        "training": {"max_steps": args.steps, "lr": args.lr, "mini_batch_size": 4 if small else 16,
+                     "micro_batch_size": 2 if small else 4, "checkpoint_every": 0, "final_checkpoint": False},
+    })
+
+
+def server_process(run_dir: Path) -> AgentServer:
+    return ServerProcess(run_dir, log_path=run_dir / "server.log", health_timeout_s=300)
+
+
+def start_server(cfg: SwarmConfig, run_dir: Path, factory: ServerFactory) -> tuple[AgentServer, SwarmClient]:
+    """A configured, ROLLING server from `factory` (a `swarm serve` subprocess unless a test injects one)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    srv = factory(run_dir)
+    client = srv.client("werewolf-bench")
+    try:
+        client.configure(cfg)
+        client.start(wait=True)
+    except BaseException:
+        client.close()
+        srv.stop()
+        raise
+    return srv, client
+
+
+def play_fixed_opponent(trained: SwarmClient, fixed: SwarmClient, side: Side, items: list, group: int,
+                        sampling: dict, prefix: str, concurrency: int) -> list[GameResult]:
+    """`group` games of every item: `side` on `trained` (training episodes), its opponent on `fixed`
+    (eval episodes: the opponent never trains)."""
+
+    def one(job: tuple[int, int, Any]) -> GameResult:
+        k, r, item = job
+        tid = f"{prefix}{k}:{item.id}:{side.value}"
+        with trained.episode(tid, index=r) as mine, fixed.episode(tid, is_eval=True, index=r) as theirs:
+            res = ww.play_episodes({side.value: mine, OTHER[side].value: theirs}, ww.item_setup(item), sampling,
+                                random.Random(item.extra["deal_seed"]))
+            mine.end(res.rewards()[side])
+            theirs.end(res.rewards()[OTHER[side]])
+        return res
+
+    jobs = [(k, r, it) for k, it in enumerate(items) for r in range(group)]
+    with ThreadPoolExecutor(concurrency) as pool:
+        return list(pool.map(one, jobs))
+
+
+def evaluate(trained: SwarmClient, fixed: SwarmClient, side: Side, items: list, max_tokens: int,
+             concurrency: int) -> list[GameResult]:
+    """Every held-out deal once, greedy: `side` played by `trained`, its opponent by `fixed`."""
+    greedy = {"temperature": 0.0, "max_tokens": max_tokens}
+    clients = {side.value: trained, OTHER[side].value: fixed}
+
+    def one(item) -> GameResult:
+        ids = {k: f"eval:{item.id}:{k}" for k in clients}
+        with EpisodeGroup(clients, ids, is_eval=True) as g:
+            res = ww.play_episodes(g.episodes, ww.item_setup(item), greedy, random.Random(item.extra["deal_seed"]))
+            g.commit({s.value: r for s, r in res.rewards().items()})
+        return res
+
+    with ThreadPoolExecutor(concurrency) as pool:
+        return list(pool.map(one, items))
+
+
+def game_stats(results: list[GameResult], side: Side) -> dict[str, Any]:
+    """Win rate of `side`, and per role the share of invalid moves; the seer's finds per game."""
+    moves, invalid = Counter(), Counter()
+    for r in results:
+        moves.update(r.moves)
+        invalid.update(r.invalid)
+    return {
+        "games": len(results),
+        "win_rate": sum(r.winner is side for r in results) / len(results),
+        "invalid_rate": {role.value: invalid[role] / moves[role] if moves[role] else None for role in Role},
+        "seer_finds_per_game": sum(r.seer_found for r in results) / len(results),
+        "rounds_mean": sum(r.rounds for r in results) / len(results),
+    }
+
+
+def train_arm(args: argparse.Namespace, arm: str, seed: int, fixed: SwarmClient, held: list, root: Path,
+              factory: ServerFactory) -> dict:
+    """One arm of one seed: train from the untrained model, then evaluate against the fixed opponent."""
+    side = Side(args.side)
+    train_items, _ = split_items(args.task, args.games * args.steps, args.eval, seed)
+    sampling = {"temperature": 1.0, "max_tokens": args.max_tokens}
+    batch = args.games * (len(Side) if arm == "shared" else 1)  # GRPO groups per step
+    srv, client = start_server(server_config(args, root / f"{arm}-s{seed}", batch), root / f"{arm}-s{seed}", factory)
+    curve, t0 = [], time.monotonic()
+    try:
+        for step in range(args.steps):
+            items = train_items[step * args.games:(step + 1) * args.games]
+            prefix = f"seed{seed}:s{step}:"
+            if arm == "shared":
+                games = ww.play_games(ww.clients_for(ww.Mode.SHARED, client), items, args.group, sampling,
+                                   args.concurrency, prefix)
+            else:
+                games = play_fixed_opponent(client, fixed, side, items, args.group, sampling, prefix, args.concurrency)
+            client.wait_for_step(step + 1, timeout=3600)
+            curve.append(sum(g.winner is side for g in games) / len(games))
+            print(f"{arm} seed {seed} step {step + 1}/{args.steps}: {side.value} won {curve[-1]:.2f} of training games",
+                  file=sys.stderr)
+        after = game_stats(evaluate(client, fixed, side, held, args.max_tokens, args.concurrency), side)
+    finally:
+        client.close()
+        srv.stop()
+    return {"arm": arm, "seed": seed, "train_win_rate": curve, "after": after, "wall_s": time.monotonic() - t0}
+
+
+def interval(values: list[float]) -> dict[str, Any]:
+    iv = t_interval(values)
+    half = (iv.hi - iv.lo) / 2 if math.isfinite(iv.hi) else None
+    return {"mean": iv.mean, "lo": iv.lo, "hi": iv.hi, "n": iv.n, "half_width": half, "values": values}
+
+
+def summarise(runs: list[dict], baseline: dict) -> dict[str, Any]:
+    """Gains over the baseline per arm, the paired shared - non-shared difference, per-role means."""
+    by = {arm: sorted((r for r in runs if r["arm"] == arm), key=lambda r: r["seed"]) for arm in ARMS}
+    gain = {arm: [r["after"]["win_rate"] - baseline["win_rate"] for r in rs] for arm, rs in by.items()}
+    roles = {
+        arm: {role.value: _mean([r["after"]["invalid_rate"][role.value] for r in rs]) for role in Role}
+        for arm, rs in by.items()
+    }
+    return {
+        "gain_over_baseline": {arm: interval(g) for arm, g in gain.items()},
+        "shared_minus_non_shared": interval([a - b for a, b in zip(gain["shared"], gain["non-shared"], strict=True)]),
+        "invalid_rate_by_role": {**roles, "baseline": baseline["invalid_rate"]},
+        "seer_finds_per_game": {arm: _mean([r["after"]["seer_finds_per_game"] for r in rs]) for arm, rs in by.items()},
+    }
+
+
+def _mean(values: list[float | None]) -> float | None:
+    xs = [v for v in values if v is not None]
+    return sum(xs) / len(xs) if xs else None
+
+
+def _fmt(iv: dict) -> str:
+    if iv["half_width"] is None:
+        return f"{iv['mean']:+.3f} (no interval: identical values)"
+    return f"{iv['mean']:+.3f} [{iv['lo']:+.3f}, {iv['hi']:+.3f}] (n={iv['n']}, detectable ~{iv['half_width']:.3f})"
+
+
+def page(result: dict) -> str:
+    a, s = result["args"], result["summary"]
+    rate = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
+    lines = [
+        "# Werewolf: one side trained against the untrained model, shared against non-shared parameters", "",
+        f"Command: `{result['command']}`", "",
+        f"Model {a['model']}, side trained: {a['side']}, {a['seeds']} seeds, {a['steps']} steps of {a['games']} deals "
+        f"x {a['group']} games (shapes {a['setups']}, at most {a['max_rounds']} rounds), {a['eval']} held-out deals (greedy), lr {a['lr']}, max_tokens {a['max_tokens']}.", "",
+        f"Baseline (untrained in both seats): {a['side']} win rate {result['baseline']['win_rate']:.3f}.", "",
+        "| arm | gain in win rate over the baseline, 95% t interval over seeds |", "| --- | --- |",
+        *[f"| {arm} | {_fmt(s['gain_over_baseline'][arm])} |" for arm in ARMS],
+        f"| shared - non-shared (paired by seed) | {_fmt(s['shared_minus_non_shared'])} |", "",
+        "An interval that contains 0 is no effect at this scale; its half-width is the smallest effect these "
+        "seeds could have shown.", "",
+        "Invalid moves (abstentions) per role, mean over seeds:", "",
+        "| role | baseline | shared | non-shared |", "| --- | --- | --- | --- |",
+        *[f"| {role.value} | {rate(s['invalid_rate_by_role']['baseline'][role.value])} | "
+          f"{rate(s['invalid_rate_by_role']['shared'][role.value])} | "
+          f"{rate(s['invalid_rate_by_role']['non-shared'][role.value])} |" for role in Role],
+        "", f"Seer's finds per game: baseline {result['baseline']['seer_finds_per_game']:.3f}, "
+        + ", ".join(f"{arm} {rate(v)}" for arm, v in s["seer_finds_per_game"].items()) + ".", "",
+        f"Machine: {result['machine']['platform']}, {result['machine']['cpu_count']} CPUs, load before "
+        f"{result['machine']['loadavg_before']}, after {result['machine']['loadavg_after']}; wall {result['wall_s']:.0f} s.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None, server_factory: ServerFactory = server_process) -> dict:
+    args = parse_args(argv)
+    out = Path(args.out)
+    root = Path(args.work)
+    load_before, t0 = loadavg(), time.monotonic()
+    side = Side(args.side)
+    _, held = split_items(args.task, 0, args.eval, 0)
+    fixed_srv, fixed = start_server(server_config(args, root / "fixed", 1), root / "fixed", server_factory)
+    try:
+        baseline = game_stats(evaluate(fixed, fixed, side, held, args.max_tokens, args.concurrency), side)
+        runs = [train_arm(args, arm, seed, fixed, held, root, server_factory) for seed in range(args.seeds) for arm in ARMS]
+    finally:
+        fixed.close()
+        fixed_srv.stop()
+    result = {
+        "args": {k: v for k, v in vars(args).items() if k != "task"}, "command": shlex.join(["python", "benchmarks/werewolf.py", *(argv or sys.argv[1:])]),
+        "baseline": baseline, "runs": runs, "summary": summarise(runs, baseline),
+        "machine": machine_record(load_before), "wall_s": time.monotonic() - t0,
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(result, indent=2))
+    out.with_suffix(".md").write_text(page(result))
+    print(page(result))
+    return result
+
+
+if __name__ == "__main__":
+    main()
