@@ -92,8 +92,8 @@ def check_matcher(matcher: Matcher, choices: list[str], examples: list[Example])
     """What goes wrong on the examples under `matcher` ([] when nothing does), one line per example."""
     problems = []
     for e in examples:
-        def hit(reply: str) -> bool:
-            return matches(matcher, reply, e.answer, choices)
+        def hit(reply: str, answer: str = e.answer) -> bool:
+            return matches(matcher, reply, answer, choices)
 
         if not hit(e.answer):
             problems.append(f"line {e.line}: the answer {e.answer!r} does not match itself")

@@ -10,7 +10,7 @@ import pytest
 
 from vibe.check import check
 from vibe.data_writer import write_data
-from vibe.flags import Severity, Stage
+from vibe.flags import Stage
 from vibe.layout import ClientDir
 
 REPLY = 'out.choices[0].message.content or ""'
