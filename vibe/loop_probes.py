@@ -11,7 +11,8 @@ tokenizer, as generation would cut it), garbage, an echo of the prompt, and each
 - a reward that is the same for every reply on every probed task ignores the model's output: an error;
 - gold must score at least gold_min; when the cut is what makes it fail, the error names the token budget;
 - garbage and echo must score at most anti_gold_max, a piece of the prompt below gold_min;
-- `run()` raising on some reply is an error with the reply and the frequency.
+- `run()` raising on some reply is an error with the reply and the frequency; a play that does not end
+  within half of check.timeout_s (or episode_timeout_s) is named with its task.
 
 A client with ROLES (a game) asks different things of its calls (describe, vote), so one fixed reply is
 no gold for it: only "the reward ignores the output" and raising apply there.
@@ -80,6 +81,7 @@ class LoopPlay:
     reply: Reply
     rewards: dict[str, float] | None = None  # role ("" without ROLES) -> total
     error: str | None = None
+    timed_out: bool = False
     calls: int = 0
     sent: str | None = None  # the scripted model's last reply to this play (None: it was never called)
     key: str = field(default_factory=lambda: "sk-probe-" + secrets.token_hex(16))
@@ -134,7 +136,8 @@ def loop_probes(root: Path, job: VibeJob, tasks: list[dict[str, Any]], report: R
             res = run_sandboxed("vibe.children.play_scripted",
                                 [str(root), "--url", srv.url, "--bridge", str(sock), "--plays", str(Path(tmp) / "plays.json"),
                                  "--call-timeout", str(max(1.0, job.check.timeout_s / 4)),
-                                 "--sampling", json.dumps(job.sampling), "--concurrency", str(job.concurrency)],
+                                 "--sampling", json.dumps(job.sampling), "--concurrency", str(job.concurrency),
+                                 "--play-timeout", str(min(job.episode_timeout_s, 0.5 * job.check.timeout_s))],
                                 root=root, name="loop", limits=limits, readable=[Path(tmp)])
         calls, sent = dict(srv.calls), dict(srv.sent)
     if res.result is None:
@@ -146,6 +149,7 @@ def loop_probes(root: Path, job: VibeJob, tasks: list[dict[str, Any]], report: R
     for p in plays:
         r = outcomes.get(p.key, {"error": "no record"})
         p.rewards, p.error, p.calls, p.sent = r.get("rewards"), r.get("error"), calls.get(p.key, 0), sent.get(p.key)
+        p.timed_out = bool(r.get("timed_out"))
     cut = {str(tasks[i]["id"]): budgets[i] for i in picked if budgets[i].cut}
     judge_loop(plays, job.probe_limits(), job.max_tokens, job.swarm.model.name, cut, report)
 
@@ -154,7 +158,13 @@ def judge_loop(plays: list[LoopPlay], limits: ProbeLimits, max_tokens: int, mode
                cut_golds: dict[str, GoldBudget], report: Report) -> None:
     """Flags for played `plays` (pure). `cut_golds`: task id -> budget of the golds cut to max_tokens."""
     done = [p for p in plays if p.rewards is not None]
-    failed = [p for p in plays if p.rewards is None]
+    hung = [p for p in plays if p.timed_out]
+    failed = [p for p in plays if p.rewards is None and not p.timed_out]
+    if hung:
+        first = hung[0]
+        report.add(Stage.LOOP_PROBES, "loop_play_timeout", Severity.ERROR,
+                   f"{len(hung)} of {len(plays)} plays against the scripted model did not end in time; first: task "
+                   f"{first.task_id!r} with the {first.probe} reply: {first.error}")
     if failed:
         first = failed[0]
         report.add(Stage.LOOP_PROBES, "run_raises_on_reply", Severity.ERROR,

@@ -1,10 +1,12 @@
 """The defect battery of issue 27: each defect class is a client (the qa template with one defect planted)
 that `vibe check` must fail with a message naming it. Static stages only (`dry_run=False`): every check
 here is decided before a debug server would start, so the battery stays cheap. The sandbox attacks are in
-test_sandbox_attacks.py, stale data and the train gate in test_check_sandbox.py, the hung episode in
+test_sandbox_attacks.py, stale data and the train gate in test_check_sandbox.py, a play that hangs in training in
 test_train.py."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
@@ -82,6 +84,15 @@ def run_raises_on_some_replies(root):  # parses the reply itself, and crashes on
          f"return score(task, str(int(({REPLY}).strip().split()[-1])))")
 
 
+def hangs_in_first_task(root):  # run() never returns on the first training task
+    first = json.loads((root / "data" / "train.jsonl").read_text().splitlines()[0])["id"]
+    (root / "client.py").write_text((root / "client.py").read_text() + (
+        "\n_run = run\n\n\ndef run(llm, model, task, sampling):\n    import time\n"
+        f"    while task['id'] == {first!r}:\n        time.sleep(1)\n    return _run(llm, model, task, sampling)\n"))
+    # plays are given up after half of check.timeout_s
+    (root / "vibe.yaml").write_text((root / "vibe.yaml").read_text() + "check: {timeout_s: 40}\n")
+
+
 # defect -> (plant it, the stage that must catch it, the flag code, words the message must contain)
 BATTERY = {
     "constant_reward": (constant_reward, Stage.LOOP_PROBES, "reward_ignores_output", "the reward ignores the model's output"),
@@ -94,6 +105,7 @@ BATTERY = {
     "empty_data": (empty_data, Stage.DATASET, "train_empty", "vibe data"),
     "run_pays_for_long_replies": (run_pays_for_long_replies, Stage.LOOP_PROBES, "loop_hackable_garbage", "a garbage reply scores above"),
     "run_raises_on_some_replies": (run_raises_on_some_replies, Stage.LOOP_PROBES, "run_raises_on_reply", "ValueError"),
+    "hangs_in_first_task": (hangs_in_first_task, Stage.LOOP_PROBES, "loop_play_timeout", "did not end within 20 s"),
 }
 
 
@@ -105,6 +117,9 @@ def test_each_defect_fails_the_check_with_a_message_naming_it(qa_client, defect)
     flags = [f for f in r.errors if f.code == code]
     assert flags, f"{defect}: expected {code}, got\n{r.render()}"
     assert flags[0].stage is stage and words in flags[0].message, flags[0].message
+    if defect == "hangs_in_first_task":  # the report names the task that hung
+        first = json.loads((qa_client / "data" / "train.jsonl").read_text().splitlines()[0])["id"]
+        assert f"first: task {first!r}" in flags[0].message
 
 
 def test_the_unplanted_template_passes_the_same_stages(qa_client):

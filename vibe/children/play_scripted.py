@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import threading
+import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -34,6 +37,7 @@ def main() -> None:
     p.add_argument("--sampling", required=True, help="vibe.yaml's sampling (temperature, max_tokens) as JSON")
     p.add_argument("--concurrency", type=int, default=4)
     p.add_argument("--call-timeout", type=float, default=30.0)
+    p.add_argument("--play-timeout", type=float, default=60.0, help="seconds one play may take, then it is named")
     p.add_argument("--result", required=True)
     args = p.parse_args()
     root = Path(args.root)
@@ -43,7 +47,12 @@ def main() -> None:
     run, roles = contract_function(module, CLIENT_FILE), client_roles(module)
     plays = json.loads(Path(args.plays).read_text())
 
+    started: dict[str, float] = {}
+    lock = threading.Lock()
+
     def one(key: str, task: dict[str, Any]) -> dict[str, Any]:
+        with lock:
+            started[key] = time.monotonic()
         llm = openai.OpenAI(base_url=args.url, api_key=key, max_retries=0, timeout=args.call_timeout)
         try:
             out = run({r: llm for r in roles} if roles else llm, MODEL, task, dict(sampling))
@@ -60,9 +69,23 @@ def main() -> None:
         finally:
             llm.close()
 
-    with ThreadPoolExecutor(args.concurrency) as pool:
-        records = list(pool.map(lambda kt: one(*kt), plays))
-    Path(args.result).write_text(json.dumps({"plays": records}))
+    pool = ThreadPoolExecutor(args.concurrency)
+    futures = {key: pool.submit(one, key, task) for key, task in plays}
+    records: dict[str, dict[str, Any]] = {}
+    while len(records) < len(futures):
+        for key, f in futures.items():
+            if key in records:
+                continue
+            if f.done():
+                records[key] = f.result()
+            elif key in started and time.monotonic() - started[key] > args.play_timeout:
+                records[key] = {"key": key, "timed_out": True,
+                                "error": f"TimeoutError: the play did not end within {args.play_timeout:g} s"}
+        time.sleep(0.02)
+    Path(args.result).write_text(json.dumps({"plays": [records[key] for key, _ in plays]}))
+    if any(r.get("timed_out") for r in records.values()):  # a hung play's thread cannot be stopped
+        os._exit(0)
+    pool.shutdown()
 
 
 if __name__ == "__main__":
