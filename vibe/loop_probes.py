@@ -57,9 +57,9 @@ def gold_budget(golds: list[str], model: str, max_tokens: int) -> tuple[list[Gol
     try:
         from transformers import AutoTokenizer
 
-        from engine.models.loader import resolve_model_dir
+        from engine.models.loader import resolve_tokenizer_dir
 
-        tok = AutoTokenizer.from_pretrained(resolve_model_dir(model))
+        tok = AutoTokenizer.from_pretrained(resolve_tokenizer_dir(model), local_files_only=True)
     except Exception as e:  # noqa: BLE001 - any failure to load a tokenizer means "cannot measure"
         return [GoldBudget(0, g) for g in golds], f"{type(e).__name__}: {e}"
     out = []
