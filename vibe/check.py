@@ -2,8 +2,9 @@
 
 Stages run in order and stop at the first that finds an error, since later ones need earlier ones to
 hold (no dry run of a client that does not import): layout, dataset, static (pyflakes: undefined names and
-syntax errors; then imports and the contract's functions, in a sandboxed subprocess) with the reward probes, the dry run, and one training step. The
-report goes to DIR/.vibe/check.json (and check.txt), tagged with a hash of the sources so `vibe train`
+syntax errors; then imports and the contract's functions, in a sandboxed subprocess) with the reward probes, the
+whole-loop probes (the client's own run() against a scripted model, vibe.loop_probes), the dry run, and one
+training step. The report goes to DIR/.vibe/check.json (and check.txt), tagged with a hash of the sources so `vibe train`
 knows whether it still describes the folder.
 """
 
@@ -19,6 +20,7 @@ from vibe.exceptions import LayoutError, VibeError
 from vibe.flags import Flag, Report, Severity, Stage
 from vibe.jsonl import read_jsonl
 from vibe.layout import CONFIG_FILE, DATA_FILES, ClientDir
+from vibe.loop_probes import loop_probes
 from vibe.sandbox import SandboxLimits, limits_note, run_sandboxed, sandbox_unavailable
 from vibe.static import static_check
 
@@ -100,7 +102,9 @@ def _run(cd: ClientDir, report: Report, dry_run: bool) -> None:
     if stale:
         report.add(Stage.DATASET, "data_stale", Severity.ERROR, stale)
         return
-    if not dry_run:
+    report.stages_run.append(Stage.LOOP_PROBES)
+    loop_probes(cd.root, job, train, report)
+    if report.errors or not dry_run:
         return
 
     from vibe.dryrun import dry_run as run_dry

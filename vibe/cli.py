@@ -38,6 +38,13 @@ def _cmd_new(args: argparse.Namespace) -> int:
 
     prompt = _prompt(args)
     out = Path(args.out) if args.out else default_out(prompt)
+    if args.examples:
+        if args.template:
+            raise VibeError("--examples builds a QA client from your examples; it does not combine with --template")
+        from vibe.new import new_from_examples
+
+        new_from_examples(prompt, Path(args.examples), out)
+        return 0 if args.no_check else _print_check(out)
     endpoint = None if args.offline or args.template else endpoint_from_env(args.llm_base_url, args.llm_model)
     if endpoint is None:
         if not (args.offline or args.template):
@@ -110,10 +117,12 @@ def build_parser() -> argparse.ArgumentParser:
     n.add_argument("--out", help="new folder for the client (default vibe-<words of the prompt>)")
     n.add_argument("--offline", action="store_true", help="use an offline template even if an endpoint is configured")
     n.add_argument("--template", choices=["qa", "tool_use", "game"], help="this offline template, whatever the prompt says")
+    n.add_argument("--examples", metavar="FILE.jsonl",
+                   help='build a QA client from your examples, one {"prompt": ..., "answer": ...} per line (offline)')
     n.add_argument("--llm-base-url", help="OpenAI-compatible endpoint (default $A3R_LLM_BASE_URL); key from $A3R_LLM_API_KEY")
     n.add_argument("--llm-model", help="model name at that endpoint (default $A3R_LLM_MODEL)")
     n.add_argument("--rounds", type=int, default=3, help="repair rounds after the first generation (default 3)")
-    n.add_argument("--no-check", action="store_true", help="offline path: skip the check after writing")
+    n.add_argument("--no-check", action="store_true", help="offline and --examples paths: skip the check after writing")
     n.set_defaults(fn=_cmd_new)
 
     c = sub.add_parser("check", help="validate a client folder (report in DIR/.vibe/check.json)")

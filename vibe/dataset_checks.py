@@ -6,22 +6,14 @@ and no training step ever fired; these checks exist so that is caught before a r
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from typing import Any
 
+from vibe.answer_match import normal_text
 from vibe.flags import Report, Severity, Stage
 from vibe.layout import TASK_FIELDS
 
 __all__ = ["check_tasks", "normal_text"]
-
-
-_PROSE_PUNCTUATION = re.compile(r"[.,;:!?\"'`]")  # operators (+ - * / = ...) stay: "41*42" is not "41+42"
-
-
-def normal_text(text: str) -> str:
-    """Lower case, prose punctuation dropped, runs of whitespace as one space: what overlap compares."""
-    return " ".join(_PROSE_PUNCTUATION.sub(" ", text.lower()).split())
 
 
 def _schema(name: str, tasks: list[Any], report: Report) -> None:

@@ -28,9 +28,9 @@ from vibe.netbridge import UnixToTcp
 from vibe.play import split_roles
 from vibe.private import write_private
 from vibe.sandbox import SandboxLimits, limits_note, run_sandboxed
-from vibe.stats import component_stats, group_spreads
+from vibe.stats import FlatCause, component_stats, flat_cause, group_spreads
 
-__all__ = ["check_config", "dry_run", "weights_changed"]
+__all__ = ["check_config", "dry_run", "flat_message", "weights_changed"]
 
 
 def check_config(job: VibeJob, run_dir: Path, roles: int = 1) -> SwarmConfig:
@@ -150,6 +150,27 @@ def _check_step(admin, run_dir: Path, job: VibeJob, report: Report, *, server: i
                    f"carried no gradient (do the LLM calls go through the episode's client?); log: {run_dir / 'server.log'}")
 
 
+WARM_START_HINT = ("RL has no signal when every reward is equal (every advantage is zero); a supervised warm start on "
+                   "the gold answers first can give the model some right answers: `vibe train DIR --warm-start N`")
+
+
+def flat_message(flat: tuple[FlatCause, float, float], job: VibeJob) -> str:
+    """The dry run's warning when every group had equal rewards, with the cause."""
+    cause, lo, hi = flat
+    base = job.swarm.model.name
+    if cause is FlatCause.NO_REWARD:
+        if base.strip().lower() == "tiny":  # the dry run played the base model itself
+            return (f"the base model (tiny) earned {lo:.3g} (reward_min) on every dry-run task: {WARM_START_HINT}")
+        return (f"every dry-run episode earned {lo:.3g} (reward_min): the dry run plays `tiny` with random weights, "
+                f"which gets nothing right, so this does not show whether {base} earns any reward; if `vibe train` "
+                f"flags no_reward_variance, {WARM_START_HINT}")
+    if cause is FlatCause.SAME_REWARD:
+        return (f"every dry-run episode earned the same reward {lo:.3g}, above reward_min: a reward that pays every "
+                "reply alike gives RL no signal (check what reward.py pays for)")
+    return (f"each task's episodes earned equal rewards though tasks differed ({lo:.3g} to {hi:.3g}): the replies do "
+            f"not vary within a task (temperature {job.temperature:g} in vibe.yaml; at 0 every sample is the same)")
+
+
 def _episode_flags(res, job: VibeJob, report: Report, limits: SandboxLimits) -> bool:
     """Flags of the episodes themselves; True when every episode ended and training can be checked."""
     if res.timed_out:
@@ -184,10 +205,9 @@ def _episode_flags(res, job: VibeJob, report: Report, limits: SandboxLimits) -> 
     spreads = group_spreads(episodes)
     report.stats["groups"] = len(spreads)
     report.stats["flat_groups"] = sum(1 for s in spreads.values() if s == 0.0)
-    if spreads and all(s == 0.0 for s in spreads.values()):
-        report.add(Stage.DRY_RUN, "groups_all_equal", Severity.WARNING,
-                   f"every group of the dry run had equal rewards ({totals[0]:.3g}); with random tiny weights this "
-                   "is common, but if it persists in training there is no learning signal (see vibe status)")
+    flat = flat_cause(episodes, job.reward_min)
+    if flat is not None:
+        report.add(Stage.DRY_RUN, "groups_all_equal", Severity.WARNING, flat_message(flat, job), cause=flat[0].value)
     accepted = sum(1 for e in episodes if e.get("accepted"))
     if accepted != len(episodes):
         report.add(Stage.DRY_RUN, "episodes_rejected", Severity.ERROR,

@@ -21,6 +21,7 @@ class Stage(str, Enum):
     STATIC = "static"
     DATASET = "dataset"
     PROBES = "probes"
+    LOOP_PROBES = "loop_probes"
     DRY_RUN = "dry_run"
     TRAIN_STEP = "train_step"
 

@@ -1,17 +1,23 @@
-"""`vibe new`: a client folder from a prompt, by an LLM endpoint (vibe.generate) or an offline template."""
+"""`vibe new`: a client folder from a prompt, by an LLM endpoint (vibe.generate), an offline template, or the
+user's examples (`--examples`, vibe.examples)."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
+from vibe.answer_match import DESCRIPTIONS, Matcher
 from vibe.config import VibeJob
 from vibe.data_writer import write_data
-from vibe.exceptions import LayoutError, NoEndpointError
+from vibe.examples import check_matcher, client_files, pick_matcher, read_examples
+from vibe.exceptions import LayoutError, NoEndpointError, VibeError
 from vibe.layout import CONFIG_FILE, ClientDir
+from vibe.loop_probes import gold_budget
 from vibe.templates import Family, catalogue, copy_template, describe, match_family
 
-__all__ = ["default_out", "new_from_template", "prepare_out"]
+__all__ = ["default_out", "new_from_examples", "new_from_template", "prepare_out"]
+
+ANSWER_SLACK_TOKENS = 8
 
 
 def default_out(prompt: str) -> Path:
@@ -49,3 +55,30 @@ def new_from_template(prompt: str, out: Path, family: Family | None = None) -> F
     write_data(cd)
     print(f"[vibe] offline template {family.value!r}: {describe(family)} -> {cd.root}")
     return family
+
+
+def new_from_examples(prompt: str, examples_path: Path, out: Path) -> Matcher:
+    """A QA client for `prompt` from the user's examples: the qa template's client with the examples as
+    its data and the answer matcher they call for (vibe.examples); VibeError, writing nothing, when the
+    examples are malformed, too few, or fail the matcher (a leaked answer, an answer that cannot match)."""
+    examples = read_examples(examples_path)
+    matcher, choices = pick_matcher(examples)
+    problems = check_matcher(matcher, choices, examples)
+    if problems:
+        raise VibeError(f"the {matcher.value} answer matcher ({DESCRIPTIONS[matcher]}) fails on {len(problems)} of "
+                        f"{len(examples)} examples in {examples_path}: " + "; ".join(problems[:3])
+                        + "; fix those examples (or their answers) and run vibe new again")
+    cd = ClientDir.open(prepare_out(out))
+    copy_template(Family.QA, cd.root)
+    for rel, text in client_files(prompt, examples, matcher, choices, Path(examples_path).name).items():
+        cd.path(rel).write_text(text)
+    set_identity(cd, prompt)
+    job = VibeJob.load(cd.path(CONFIG_FILE))
+    budgets, _ = gold_budget([e.answer for e in examples], job.swarm.model.name, job.max_tokens)
+    # room for the longest answer and a few words around it; the check's token-budget probe holds it to this
+    need = max(b.tokens for b in budgets) + ANSWER_SLACK_TOKENS
+    if need > job.max_tokens:
+        cd.path(CONFIG_FILE).write_text(job.model_copy(update={"max_tokens": need}).to_yaml())
+    write_data(cd)
+    print(f"[vibe] QA client from {len(examples)} examples, matcher {matcher.value!r} ({DESCRIPTIONS[matcher]}) -> {cd.root}")
+    return matcher

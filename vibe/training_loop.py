@@ -45,7 +45,7 @@ from vibe.play import split_roles
 from vibe.private import write_private
 from vibe.progress import FLAT_FLAG, flat_streak, read_rewards, replayed_rows
 from vibe.sandbox import SandboxLimits, limits_note, run_sandboxed, tail
-from vibe.stats import component_stats, group_spreads, mean_std
+from vibe.stats import FlatCause, component_stats, flat_cause, group_spreads, mean_std
 
 
 def _write_status(run_dir: Path, **status) -> None:
@@ -211,9 +211,14 @@ def train(root: Path, run_dir: Path, steps: int, warm_start_steps: int = 0) -> N
                       f"{record['groups']} groups without variance)", flush=True)
                 streak = flat_streak(read_rewards(run_dir))
                 if streak >= job.flat_steps and not any(f["code"] == FLAT_FLAG for f in flags):
+                    flat = flat_cause(episodes, job.reward_min)
+                    why = ("the model earned reward_min on every episode of the last step, so RL has nothing to "
+                           f"reinforce; restart with a supervised warm start: `vibe train {root} --warm-start N`"
+                           if flat is not None and flat[0] is FlatCause.NO_REWARD else
+                           "task too hard or too easy for the model, or a reward that ignores the answer")
                     flags.append({"code": FLAT_FLAG, "step": step, "message":
                                   f"every group had equal rewards for {streak} steps running: there is no learning "
-                                  "signal (task too hard or too easy for the model, or a reward that ignores the answer)"})
+                                  f"signal ({why})"})
                     print(f"[vibe] WARNING {flags[-1]['message']}", flush=True)
                 _write_status(run_dir, state="running", step=step, steps=steps, flags=flags)
             _write_status(run_dir, state="done", step=step, steps=steps, flags=flags)

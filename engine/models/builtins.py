@@ -88,7 +88,7 @@ def smollm2_dir() -> Path:
     return convert_once(cache_root() / SMOLLM2, lambda out: convert_gguf(smollm2_gguf_path(), out))
 
 
-def _smollm2_tokenizer_dir() -> Path:
+def smollm2_tokenizer_dir() -> Path:
     """The SmolLM2 tokenizer alone, cached, so `tiny` does not need the 20 s full conversion."""
     if (cache_root() / SMOLLM2).is_dir():
         return cache_root() / SMOLLM2
@@ -109,7 +109,7 @@ def build_tiny(out: Path, seed: int, tokenizer=None) -> None:
     from transformers import AutoTokenizer, GenerationConfig, LlamaConfig, LlamaForCausalLM
 
     if tokenizer is None:
-        tokenizer = AutoTokenizer.from_pretrained(_smollm2_tokenizer_dir(), local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(smollm2_tokenizer_dir(), local_files_only=True)
     config = LlamaConfig(
         vocab_size=len(tokenizer),
         bos_token_id=tokenizer.bos_token_id,

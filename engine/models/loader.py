@@ -78,6 +78,14 @@ def resolve_model_dir(name: str, *, seed: int = 0) -> Path:
     raise ModelLoadError(_hint(name))
 
 
+def resolve_tokenizer_dir(name: str, *, seed: int = 0) -> Path:
+    """A local directory holding `name`'s tokenizer. For SmolLM2 that is the tokenizer alone, so a caller
+    that only counts tokens (vibe check's token budget) skips the 20 s conversion of its weights."""
+    if name.strip().lower() == builtins.SMOLLM2:
+        return builtins.smollm2_tokenizer_dir()
+    return resolve_model_dir(name, seed=seed)
+
+
 def load_model(cfg: ModelConfig, *, device: str | torch.device | None = None) -> LoadedModel:
     """Load `cfg.name` in `cfg.dtype` on `device` (default: CUDA when available, else CPU), in eval mode."""
     from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -145,21 +145,29 @@ def test_vibe_data_runs_make_data_in_the_sandbox(qa_client, tmp_path):
 
 @pytest.mark.slow
 def test_in_the_dry_run_the_server_is_reachable_and_nothing_else(qa_client, listener):
-    """The episode reaches the debug server through the bridge (the model call works), then fails on
-    the host's other loopback port; the report names the error and keeps the client's traceback."""
+    """The episode reaches the model through the bridge (the model call works), then fails on the host's
+    other loopback port; the report names the error and keeps the client's traceback. The whole-loop
+    probes (the scripted model, over their own bridge) come first and are blocked the same way; with the
+    attack made to skip them, the dry run's episodes (the swarm server) meet it."""
     port = listener.getsockname()[1]
     text = (qa_client / "client.py").read_text()
-    (qa_client / "client.py").write_text(text + textwrap.dedent(f"""
+    attack = textwrap.dedent(f"""
         _run = run
         def run(llm, model, task, sampling):
             out = _run(llm, model, task, sampling)  # the model call, through the bridge
             import socket
-            try:
-                socket.create_connection(("127.0.0.1", {port}), timeout=5)
-            except OSError as e:
-                raise RuntimeError(f"network blocked after a model reply: {{type(e).__name__}}") from None
+            if model != SKIP:
+                try:
+                    socket.create_connection(("127.0.0.1", {port}), timeout=5)
+                except OSError as e:
+                    raise RuntimeError(f"network blocked after a model reply: {{type(e).__name__}}") from None
             return out
-        """))
+        """)
+    (qa_client / "client.py").write_text(text + "SKIP = None\n" + attack)
+    r = check(qa_client)
+    assert r.codes(Severity.ERROR) == {"run_raises_on_reply"}, r.render()
+    assert "network blocked after a model reply: ConnectionRefusedError" in r.errors[0].message
+    (qa_client / "client.py").write_text(text + "SKIP = 'scripted'\n" + attack)  # the scripted model's name
     r = check(qa_client)
     assert r.codes(Severity.ERROR) == {"episode_failed"}, r.render()
     assert "network blocked after a model reply: ConnectionRefusedError" in r.errors[0].message
