@@ -342,7 +342,12 @@ def fitted_cost_line(run: dict[str, Any]) -> str:
         update_step=update_step,
     )
     fields = ", ".join(f"{f}={getattr(cost, f):.4g}" for f in cost.__dataclass_fields__)
-    return f'RUN_COST["{job["swarm"]["model"]["name"]}"] = RunCost({fields})'
+    line = f'RUN_COST["{job["swarm"]["model"]["name"]}"] = RunCost({fields})'
+    missing = [
+        k for k in ("checkpoint_written", "train_optimizer_s") if any(s.get(k) is None for s in server)
+    ]
+    # a tree before issue 31's server metrics: those terms cannot be fitted from its run; keep the old ones
+    return line + (f"  # not recorded by this tree's server: {', '.join(missing)}" if missing else "")
 
 
 def median_run(runs: list[dict[str, Any]], name: str) -> dict[str, Any]:
