@@ -12,6 +12,9 @@ One file per workspace, `<workspace>/a3r.yaml`:
         python: /opt/a3r/.venv/bin/python      # a3r must be installed there
         workdir: /scratch/a3r                  # run dirs live here on the host
         slots: [{name: gpu0, gpus: "0"}, {name: gpu1, gpus: "1"}]
+      # two CPU runs side by side on a 2-core host, one thread each (not two each: four threads on two
+      # cores make every parallel op wait for a descheduled thread)
+      # - {name: local, kind: local, slots: [{name: "0", threads: 1}, {name: "1", threads: 1}]}
     scheduler:
       heartbeat_s: 10
 
@@ -46,6 +49,20 @@ class SlotSpec(_Frozen):
     gpus: str | None = Field(
         None, description="CUDA_VISIBLE_DEVICES for runs in this slot (e.g. '0' or '0,1')."
     )
+    threads: int | None = Field(
+        None,
+        ge=1,
+        description="CPU threads for runs in this slot (OMP_NUM_THREADS and MKL_NUM_THREADS, which torch's "
+        "intra-op pool follows); default: the libraries' own, all cores. Slots sharing a CPU host should "
+        "split its cores between them.",
+    )
+
+    def job_env(self) -> dict[str, str]:
+        """The environment a run in this slot gets on top of the worker's."""
+        env = {"CUDA_VISIBLE_DEVICES": self.gpus} if self.gpus is not None else {}
+        if self.threads is not None:
+            env.update(OMP_NUM_THREADS=str(self.threads), MKL_NUM_THREADS=str(self.threads))
+        return env
 
     @field_validator("name")
     @classmethod

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 from a3r.blueprints.render import render_files
 from a3r.blueprints.schema import canonical_json
-from a3r.config import SchedulerConfig
+from a3r.config import SchedulerConfig, SlotSpec
 from a3r.exceptions import HostError
 from a3r.fixes import propose_fix
 from a3r.hosts.base import AttemptFiles, HostBackend, ProbeReport, ProbeRequest, SessionInfo
@@ -339,11 +339,11 @@ class Scheduler:
         return {"state": RunState.FAILED, "failure_kind": kind, "message": f"{kind}: {att.reason}"}
 
     # -- dispatch -----------------------------------------------------------------------------------------
-    def free_slots(self, reachable: set[str] | None = None) -> list[tuple[str, str, str | None]]:
-        """(host, slot, gpus) not held by an active attempt, in inventory order."""
+    def free_slots(self, reachable: set[str] | None = None) -> list[tuple[str, SlotSpec]]:
+        """(host, slot) not held by an active attempt, in inventory order."""
         busy = {(a.host, a.slot) for a in self.store.active_attempts()}
         return [
-            (name, s.name, s.gpus)
+            (name, s)
             for name, host in self.hosts.items()
             if reachable is None or name in reachable
             for s in host.spec.slots
@@ -356,13 +356,13 @@ class Scheduler:
         if not free:
             return
         runs = self.store.dispatchable_runs(self.clock(), limit=len(free))
-        for run, (host_name, slot, gpus) in zip(runs, free, strict=False):  # fewer runs than slots is fine
+        for run, (host_name, slot) in zip(runs, free, strict=False):  # fewer runs than slots is fine
             if host_name not in reachable:  # went down during this dispatch round
                 continue
-            if self._launch(run, self.hosts[host_name], slot, gpus, reachable):
+            if self._launch(run, self.hosts[host_name], slot, reachable):
                 rep.dispatched.append(run.id)
 
-    def _launch(self, run: Run, host: HostBackend, slot: str, gpus: str | None, reachable: set[str]) -> bool:
+    def _launch(self, run: Run, host: HostBackend, slot: SlotSpec, reachable: set[str]) -> bool:
         bp = self.store.blueprint_of(run)
         overrides = json.loads(run.overrides)
         run_dir = host.run_dir(run.id)
@@ -370,7 +370,7 @@ class Scheduler:
         att = self.store.dispatch(
             run.id,
             host=host.name,
-            slot=slot,
+            slot=slot.name,
             run_dir=run_dir,
             config_json=canonical_json(config),
             now=self.clock(),
@@ -386,7 +386,7 @@ class Scheduler:
             attempt_dir=att.attempt_dir,
             seed=run.seed,
             budget_steps=bp.budget.steps,
-            env={"CUDA_VISIBLE_DEVICES": gpus} if gpus is not None else {},
+            env=slot.job_env(),
             wall_time_s=bp.budget.wall_time_s,
             heartbeat_s=cfg.heartbeat_s,
             kill_grace_s=cfg.kill_grace_s,

@@ -27,8 +27,21 @@ order), with the load average before and after each run, and the ratio of wall t
 as median and spread. The leader's cost model (`a3r.leader.costs.run_seconds`, this tree's) is printed
 beside each measured run, so its ETA can be checked against the wall time term by term.
 
+Cost-model constants: after the table the script prints `RUN_COST["<model>"] = RunCost(...)` fitted to the
+first variant's median run (`a3r.leader.costs.fit_run_cost`: start from process + imports + server + load
++ other, sampling and update per episode-token after the optimizer's own per-step time, eval per item,
+checkpoint per write); pasting it over that model's line in a3r/leader/costs.py recalibrates the leader.
+
+Slots (issue 31, Deliver 4): `--slots` measures, interleaved, one run with 2 threads (`1x2`: one slot
+owning both cores) against two concurrent runs with 1 thread each (`2x1`: two slots of one thread, seeds
+0 and 1, the same shape, so the same evidence per run), threads set the way an A3R slot sets them
+(OMP_NUM_THREADS / MKL_NUM_THREADS, a3r.config.SlotSpec.threads). Runs per hour: 3600 / wall for 1x2,
+2 x 3600 / (wall until both finish) for 2x1.
+
     python benchmarks/run_cost.py --shape default --main-commit main --repeats 3 --out docs/benchmarks/run_cost.json
+    python benchmarks/run_cost.py --shape default --slots --repeats 3 --out docs/benchmarks/run_cost_slots.json
     python benchmarks/run_cost.py --smoke     # tiny model, 1 step, two runs of this tree: the script works
+    python benchmarks/run_cost.py --smoke --slots    # the same for the slots comparison
 """
 
 from __future__ import annotations
@@ -60,7 +73,7 @@ SMOKE_SETS = (
     "max_tokens=4",
     "concurrency=4",
 )
-SERVER_SPLIT = ("step_time_s", "update_s", "checkpoint_s")
+SERVER_SPLIT = ("step_time_s", "update_s", "checkpoint_s", "checkpoint_written", "train_optimizer_s")
 TERMS = ("process_s", "imports_s", "server_s", "load_s", "eval_s", "sample_s", "step_wait_s", "other_s")
 
 
@@ -166,38 +179,67 @@ def child(spec: dict[str, Any]) -> None:
 
 
 # -- the parent: variants, interleaved repeats, the report ----------------------------------------------
-def run_variant(name: str, tree: Path, shape: str, sets: list[str], work: Path, k: int) -> dict[str, Any]:
-    """One child run of `tree`; its terms, wall time and the load around it."""
+def start_child(
+    name: str, tree: Path, shape: str, sets: list[str], work: Path, k: int, threads: int | None = None
+) -> dict[str, Any]:
+    """Spawn one child run of `tree` (with `threads` CPU threads, set as an A3R slot sets them) without
+    waiting for it; `finish_child` collects it."""
     from benchmarks.common import loadavg
 
     run_dir = work / f"{name}-{k}"
     out = work / f"{name}-{k}.json"
     env = {key: v for key, v in os.environ.items() if key != "A3R_METRICS_FILE"}
     env["PYTHONPATH"] = str(tree)
+    if threads is not None:
+        env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     load_before = loadavg()
-    t0 = time.perf_counter()
     spec = {"shape": shape, "sets": sets, "run_dir": str(run_dir), "out": str(out), "spawned_at": time.time()}
-    proc = subprocess.run(
+    proc = subprocess.Popen(
         [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(spec)],
         cwd=tree,
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
     )
-    wall_s = time.perf_counter() - t0
+    return {
+        "name": name,
+        "tree": tree,
+        "k": k,
+        "out": out,
+        "proc": proc,
+        "t0": time.perf_counter(),
+        "load_before": load_before,
+        "threads": threads,
+    }
+
+
+def finish_child(started: dict[str, Any]) -> dict[str, Any]:
+    """Wait for a child run; its terms, wall time (spawn to exit), thread count and the load around it."""
+    from benchmarks.common import loadavg
+
+    proc = started["proc"]
+    _stdout, stderr = proc.communicate()
+    wall_s = time.perf_counter() - started["t0"]
     if proc.returncode != 0:
         raise SystemExit(
-            f"variant {name} ({tree}) failed with code {proc.returncode}:\n{proc.stderr[-4000:]}"
+            f"variant {started['name']} ({started['tree']}) failed with code {proc.returncode}:\n{stderr[-4000:]}"
         )
-    result = json.loads(out.read_text())
+    result = json.loads(started["out"].read_text())
     return {
-        "variant": name,
-        "repeat": k,
+        "variant": started["name"],
+        "repeat": started["k"],
         "wall_s": wall_s,
-        "loadavg_before": load_before,
+        "threads": started["threads"],
+        "loadavg_before": started["load_before"],
         "loadavg_after": loadavg(),
         **result,
     }
+
+
+def run_variant(name: str, tree: Path, shape: str, sets: list[str], work: Path, k: int) -> dict[str, Any]:
+    """One child run of `tree`; its terms, wall time and the load around it."""
+    return finish_child(start_child(name, tree, shape, sets, work, k))
 
 
 def summarize(run: dict[str, Any]) -> dict[str, Any]:
@@ -275,6 +317,122 @@ def print_table(result: dict[str, Any]) -> None:
                 print(f"{n} runs per hour over {key.removeprefix('speedup_over_')}: {fmt_spread(s)}")
 
 
+def fitted_cost_line(run: dict[str, Any]) -> str:
+    """The `RUN_COST[...] = RunCost(...)` line that reproduces `run` (a summarized run of this tree's job),
+    for a3r/leader/costs.py. The optimizer's per-step time is the update's fixed part; sampling has none
+    from one shape (see costs.py)."""
+    from a3r.leader.costs import FINAL_WRITE_SHARE, episode_tokens, fit_run_cost
+
+    job = run["job"]
+    steps = int(job["swarm"]["training"]["max_steps"])
+    server = run["server_steps"]
+    writes = sum(
+        (FINAL_WRITE_SHARE if s.get("step") == steps else 1.0) * float(s.get("checkpoint_written") or 0.0)
+        for s in server
+    )
+    optimizer = [s.get("train_optimizer_s") for s in server]
+    update_step = sum(optimizer) / len(optimizer) if optimizer and None not in optimizer else 0.0
+    breakdown = summarize(run)
+    cost = fit_run_cost(
+        {k: breakdown[k] or 0.0 for k in (*TERMS, "update_s", "checkpoint_s")},
+        steps=steps,
+        episode_tokens=episode_tokens(job),
+        eval_items=sum(run["eval_items"]),
+        checkpoint_writes=writes,
+        update_step=update_step,
+    )
+    fields = ", ".join(f"{f}={getattr(cost, f):.4g}" for f in cost.__dataclass_fields__)
+    line = f'RUN_COST["{job["swarm"]["model"]["name"]}"] = RunCost({fields})'
+    missing = [
+        k for k in ("checkpoint_written", "train_optimizer_s") if any(s.get(k) is None for s in server)
+    ]
+    # a tree before issue 31's server metrics: those terms cannot be fitted from its run; keep the old ones
+    return line + (f"  # not recorded by this tree's server: {', '.join(missing)}" if missing else "")
+
+
+def median_run(runs: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    """The run of variant `name` with the median wall time (the lower middle of an even count)."""
+    mine = sorted((r for r in runs if r["variant"] == name), key=lambda r: r["wall_s"])
+    return mine[(len(mine) - 1) // 2]
+
+
+SLOT_LAYOUTS = {"1x2": (1, 2), "2x1": (2, 1)}  # name: (concurrent runs, threads each)
+
+
+def run_slots(tree: Path, shape: str, sets: list[str], work: Path, k: int, layout: str) -> dict[str, Any]:
+    """One round of a slot layout: its runs side by side (seeds 0, 1, ...), and the wall until the last
+    ends. Runs per hour count every run of the round."""
+    n, threads = SLOT_LAYOUTS[layout]
+    t0 = time.perf_counter()
+    started = [
+        start_child(f"{layout}-s{i}", tree, shape, [*sets, f"seed={i}"], work, k, threads=threads)
+        for i in range(n)
+    ]
+    runs = [finish_child(s) for s in started]
+    wall_s = time.perf_counter() - t0
+    return {
+        "layout": layout,
+        "repeat": k,
+        "runs": n,
+        "threads": threads,
+        "seeds": [r["job"]["seed"] for r in runs],
+        "wall_s": wall_s,
+        "runs_per_hour": n * 3600.0 / wall_s,
+        "loadavg_before": runs[0]["loadavg_before"],
+        "loadavg_after": runs[-1]["loadavg_after"],
+        "per_run": [{**summarize(r), "threads": r["threads"]} for r in runs],
+    }
+
+
+def compare_slots(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per layout the median runs per hour; 2x1's over 1x2's per repeat (> 1: two 1-thread slots do more
+    runs per hour)."""
+    import statistics
+
+    from benchmarks.common import spread
+
+    by = {name: [r for r in rounds if r["layout"] == name] for name in SLOT_LAYOUTS}
+    ratios = [b["runs_per_hour"] / a["runs_per_hour"] for a, b in zip(by["1x2"], by["2x1"], strict=True)]
+    return {
+        "median_runs_per_hour": {
+            n: statistics.median(r["runs_per_hour"] for r in rs) for n, rs in by.items()
+        },
+        "two_slots_over_one": spread(ratios),
+    }
+
+
+def slots_main(args: argparse.Namespace, sets: list[str]) -> dict[str, Any]:
+    """`--slots`: 1x2 against 2x1 on this tree, interleaved."""
+    from benchmarks.common import fmt_spread, loadavg, machine_record, rotated
+
+    load_before = loadavg()
+    rounds = []
+    with tempfile.TemporaryDirectory(prefix="run_cost-slots-") as tmp:
+        for k in range(args.repeats):
+            for layout in rotated(list(SLOT_LAYOUTS), k):
+                rounds.append(run_slots(REPO, args.shape, sets, Path(tmp), k, layout))
+                r = rounds[-1]
+                print(
+                    f"repeat {k} {layout}: {r['runs']} run(s) in {r['wall_s']:.1f} s, "
+                    f"{r['runs_per_hour']:.2f} runs/h (load {r['loadavg_after']})",
+                    flush=True,
+                )
+    result = {
+        "shape": args.shape,
+        "sets": sets,
+        "repeats": args.repeats,
+        "machine": machine_record(load_before),
+        **compare_slots(rounds),
+        "rounds": rounds,
+    }
+    for n, v in result["median_runs_per_hour"].items():
+        print(f"{n}: median {v:.2f} runs per hour")
+    print(f"2x1 runs per hour over 1x2: {fmt_spread(result['two_slots_over_one'])}")
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=2, default=str))
+    return result
+
+
 @contextmanager
 def worktree_at(rev: str):
     """A detached git worktree of `rev`, removed afterwards."""
@@ -307,6 +465,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument(
         "--smoke", action="store_true", help="tiny model, 1 step, one repeat of two runs of this tree"
     )
+    ap.add_argument(
+        "--slots",
+        action="store_true",
+        help="one run with 2 threads against two concurrent runs with 1 thread each (this tree)",
+    )
     ap.add_argument("--out", type=Path, help="write the result JSON here")
     args = ap.parse_args(argv)
     if args.child:
@@ -322,6 +485,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         sets = [*SMOKE_SETS, *sets]
         variants = variants or [("a", str(REPO)), ("b", str(REPO))]
         args.repeats = 1
+    if args.slots:
+        if variants and not args.smoke or args.main_commit:
+            raise SystemExit("--slots measures this tree only: drop --variant and --main-commit")
+        return slots_main(args, sets)
     load_before = loadavg()
     with (
         tempfile.TemporaryDirectory(prefix="run_cost-runs-") as tmp,
@@ -352,6 +519,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "runs": runs,
     }
     print_table(result)
+    print("cost model fitted to the median run of " + names[0] + " (paste into a3r/leader/costs.py):")
+    print("    " + fitted_cost_line(median_run(runs, names[0])))
     if args.out:
         args.out.write_text(json.dumps(result, indent=2))
     return result

@@ -1,16 +1,18 @@
 """What a run costs, before it ran: a cost model in the terms `benchmarks/run_cost.py` measures a run in.
 
-    wall = start                                  process start and model load
-         + steps * (step + per_episode * B * N)   sampling and the update, per training step
-         + items * per_item                       held-out evaluation (step 0, every eval_every, the end)
-         + writes * per_checkpoint                checkpoint writes the job's policy makes (see below)
+    wall = start                                        process start, imports, server start, model load,
+                                                        and the run's end (summary, server stop)
+         + steps * (sample_step + update_step           per training step, fixed
+                    + (sample_token + update_token)     per episode-token: E = batch_size * group_size
+                      * E * T)                          episodes of at most T = max_tokens reply tokens
+         + items * per_item                             held-out evaluation (step 0, every eval_every, the end)
+         + writes * per_checkpoint                      checkpoint writes the job's policy makes (see below)
 
 The planner shows an ETA from it before anything runs; the calibration stage then measures the real cost
 of the reference configuration and scales the model by the ratio (`scale`), so arms that are cheaper or
 dearer than the reference (a smaller batch, shorter replies) are still estimated in proportion. A run's
-measured breakdown (run_cost.py's process, imports, server and model load for `start`, `sample_s +
-update_s` per step, `eval_s` per item, `checkpoint_s` per write) maps term for term onto `RunCost`, so a
-plan's ETA can be checked against the measured wall time.
+measured breakdown maps term for term onto `RunCost` (`fit_run_cost`, which `run_cost.py` prints as the
+line to paste into `RUN_COST`), so a plan's ETA can be checked against the measured wall time.
 """
 
 from __future__ import annotations
@@ -21,35 +23,108 @@ from typing import Any
 from a3r.leader.knobs import get_dotted
 from engine.training.checkpoint import checkpoint_due
 
-__all__ = ["FINAL_WRITE_SHARE", "RUN_COST", "RunCost", "checkpoint_writes", "run_seconds"]
+__all__ = [
+    "FINAL_WRITE_SHARE",
+    "RUN_COST",
+    "RunCost",
+    "checkpoint_writes",
+    "episode_tokens",
+    "fit_run_cost",
+    "run_seconds",
+]
 
 
 @dataclass(frozen=True)
 class RunCost:
-    """Seconds a run costs on one slot, by term (see the module docstring)."""
+    """Seconds a run costs on one slot, by term (see the module docstring). Each maps onto a figure of
+    `benchmarks/run_cost.py` (`fit_run_cost` does the division)."""
 
-    start: float
-    step: float
-    per_episode: float
-    per_item: float
-    per_checkpoint: float  # weights + optimizer state written and fsynced (engine.training.checkpoint)
+    start: float  # process_s + imports_s + server_s + load_s + other_s
+    sample_step: float  # sample_s per step not proportional to the step's episode-tokens
+    sample_token: float  # the rest of sample_s per step, per episode-token (E * T)
+    update_step: float  # update_s per step not proportional to episode-tokens (the optimizer step)
+    update_token: float  # the rest of update_s per step, per episode-token
+    per_item: float  # eval_s per held-out item
+    per_checkpoint: float  # checkpoint_s per full write (weights + optimizer state, fsynced)
+
+    def step_seconds(self, episode_tokens: int) -> float:
+        """Pure: one training step's sampling and update for `episode_tokens` = E * T."""
+        return self.sample_step + self.update_step + (self.sample_token + self.update_token) * episode_tokens
 
 
 # The max_steps checkpoint holds the weights only: AdamW keeps two fp32 moments per weight, so the weights
 # are a third of a full fine-tune checkpoint's bytes.
 FINAL_WRITE_SHARE = 1.0 / 3.0
 
-# Measured with `swarm train` on a 2-core AMD EPYC container (torch 2.13 CPU): SmolLM2 takes about 15 s to
-# start, 3 s for a step of 8 episodes and 9 s for 32 (12-token replies), 11 s to evaluate 64 items.
-# A checkpoint (full weights + AdamW state, written and fsynced by engine.training.checkpoint), timed the
-# way benchmarks/checkpoint_cost.py does on the same container under load: SmolLM2 7.9 to 11.3 s over 4
-# saves (load average 14), tiny 0.56 to 0.63 s (load average 11). Issue 25's campaigns ran 334 and 383 s
-# per run where the model without checkpoints said 170 s at 20 steps: about 8 s a step unexplained, the
-# checkpoint every step that A3R's default run wrote then.
+# The fixed part of an update: the optimizer step over all of SmolLM2-135M's weights (fused AdamW and
+# gradient clipping, about 0.2-0.3 s on the 2-core container: engine.backends.torch.trainer.adamw), which
+# does not grow with the batch. Sampling gets no fixed part from one run shape: a run at a second
+# batch size or max_tokens would split it (its intercept), until then it is all per episode-token.
+SMOLLM2_UPDATE_STEP_S = 0.3
+
+# All measured constants, one line per model. SmolLM2-135M: `benchmarks/run_cost.py --shape default
+# --repeats 1` on main d5b6bc6 (2-core AMD EPYC container, torch 2.13 CPU; load 0.6 at the start, 5.4 at the
+# end): 249 s wall; start 15.12 s (process 0.04 + imports 4.90 + server 4.23 + load 4.97 + other 0.98),
+# sampling 96.38 s and update 98.79 s over 20 steps of 16 episodes x 32 max_tokens (512 episode-tokens),
+# evaluation 32.93 s for 128 items, one checkpoint write 2.71 s. To recalibrate, run
+# `python benchmarks/run_cost.py --shape default --repeats 3` on a quiet machine and paste the
+# `RUN_COST["smollm2-135m"] = ...` line it prints (fit_run_cost of the median run) over the one below.
+# tiny: a prior for the test fixture (random weights, 2 layers), not measured at this breakdown.
 RUN_COST: dict[str, RunCost] = {
-    "smollm2-135m": RunCost(start=15.0, step=1.0, per_episode=0.25, per_item=0.17, per_checkpoint=8.0),
-    "tiny": RunCost(start=4.0, step=0.1, per_episode=0.01, per_item=0.005, per_checkpoint=0.6),
+    "smollm2-135m": RunCost(
+        start=15.12,
+        sample_step=0.0,
+        sample_token=0.009412,
+        update_step=0.3,
+        update_token=0.009061,
+        per_item=0.2572,
+        per_checkpoint=2.706,
+    ),
+    "tiny": RunCost(
+        start=4.0,
+        sample_step=0.0,
+        sample_token=0.0002,
+        update_step=0.02,
+        update_token=0.0001,
+        per_item=0.005,
+        per_checkpoint=0.6,
+    ),
 }
+
+
+def episode_tokens(job: dict[str, Any]) -> int:
+    """Pure: a step's episodes times the reply budget, E * T (the engine's defaults where the job sets none:
+    batch 4 x group 4, max_tokens 32)."""
+    episodes = int(get_dotted(job, "swarm.pool.batch_size", 4)) * int(
+        get_dotted(job, "swarm.pool.group_size", 4)
+    )
+    return episodes * int(job.get("max_tokens") or 32)
+
+
+def fit_run_cost(
+    breakdown: dict[str, float],
+    *,
+    steps: int,
+    episode_tokens: int,
+    eval_items: int,
+    checkpoint_writes: float,
+    update_step: float,
+    sample_step: float = 0.0,
+) -> RunCost:
+    """Pure: the `RunCost` that reproduces one measured run's breakdown exactly (`benchmarks/run_cost.py`'s
+    summed terms: process_s, imports_s, server_s, load_s, other_s, sample_s, update_s, eval_s,
+    checkpoint_s). The fixed per-step parts are given (one run cannot split an intercept from a slope);
+    the rest of each step's sampling and update is per episode-token."""
+    start = sum(breakdown[k] for k in ("process_s", "imports_s", "server_s", "load_s", "other_s"))
+    return RunCost(
+        start=start,
+        sample_step=sample_step,
+        sample_token=(breakdown["sample_s"] / steps - sample_step) / episode_tokens,
+        update_step=update_step,
+        update_token=(breakdown["update_s"] / steps - update_step) / episode_tokens,
+        per_item=breakdown["eval_s"] / eval_items if eval_items else 0.0,
+        per_checkpoint=breakdown["checkpoint_s"] / checkpoint_writes if checkpoint_writes else 0.0,
+    )
 
 
 def checkpoint_writes(
@@ -62,18 +137,29 @@ def checkpoint_writes(
 ) -> tuple[int, bool]:
     """(writes before max_steps, whether max_steps writes) of a run whose steps take `step_s` each and whose
     evaluations after step k take `eval_s_at[k]`, under the engine's own rule (`checkpoint_due`): the
-    server's clock runs through evaluations too. A write itself is not counted on the clock (the engine
-    restarts it after the write)."""
-    writes, since = 0, 0.0
+    server's clock starts once the model is loaded, so it runs through the step-0 evaluation
+    (`eval_s_at[0]`) and every later one. A write itself is not counted on the clock (the engine restarts
+    it after the write)."""
+    writes, since = 0, eval_s_at.get(0, 0.0)
     for k in range(1, steps + 1):
         since += step_s
         if k < steps and checkpoint_due(
-            k, every_steps=every_steps, every_s=every_s, seconds_since_last=since, max_steps=steps, final=final
+            k,
+            every_steps=every_steps,
+            every_s=every_s,
+            seconds_since_last=since,
+            max_steps=steps,
+            final=final,
         ):
             writes, since = writes + 1, 0.0
         since += eval_s_at.get(k, 0.0)
     ends_written = checkpoint_due(
-        steps, every_steps=every_steps, every_s=every_s, seconds_since_last=since, max_steps=steps, final=final
+        steps,
+        every_steps=every_steps,
+        every_s=every_s,
+        seconds_since_last=since,
+        max_steps=steps,
+        final=final,
     )
     return writes, ends_written
 
@@ -86,10 +172,7 @@ def run_seconds(job: dict[str, Any], steps: int) -> float | None:
     if cost is None:
         return None
     steps = int(get_dotted(job, "swarm.training.max_steps", None) or steps)
-    episodes = int(get_dotted(job, "swarm.pool.batch_size", 4)) * int(
-        get_dotted(job, "swarm.pool.group_size", 4)
-    )
-    step_s = cost.step + cost.per_episode * episodes
+    step_s = cost.step_seconds(episode_tokens(job))
     eval_items = int(job.get("eval_size", 0))
     every = int(job.get("eval_every") or 0)
     mid_evals = [k for k in range(1, steps) if every and k % every == 0]
@@ -97,7 +180,7 @@ def run_seconds(job: dict[str, Any], steps: int) -> float | None:
     writes, ends_written = checkpoint_writes(
         steps,
         step_s,
-        {k: eval_items * cost.per_item for k in mid_evals},
+        {k: eval_items * cost.per_item for k in [0, *mid_evals]},
         int(get_dotted(job, "swarm.training.checkpoint_every", 1) or 0),
         float(get_dotted(job, "swarm.training.checkpoint_every_s", 0.0) or 0.0),
         # swarm train turns the final write off for a job that deletes its checkpoints (TrainJob.server_config)

@@ -669,6 +669,7 @@ class SwarmServer:
                 "step_time_s": t_end - t0,
                 "update_s": t_trained - t0,
                 "checkpoint_s": t_end - t_trained,
+                "checkpoint_written": float(wrote),
             }
             if self.config.collaboration is not None:
                 metrics["cross_dropped_empty"] = float(self._cross_dropped)

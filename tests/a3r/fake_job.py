@@ -38,7 +38,7 @@ start = int(ckpt.read_text()) if ckpt.exists() else 0
 if attempt == 1 and args.first_attempt_sleep is not None:
     args.sleep = args.first_attempt_sleep
 print(
-    f"fake job run={os.environ['A3R_RUN_ID']} attempt={attempt} seed={os.environ['A3R_SEED']} cuda={os.environ.get('CUDA_VISIBLE_DEVICES', '-')} resuming at step {start}"
+    f"fake job run={os.environ['A3R_RUN_ID']} attempt={attempt} seed={os.environ['A3R_SEED']} cuda={os.environ.get('CUDA_VISIBLE_DEVICES', '-')} threads={os.environ.get('OMP_NUM_THREADS', '-')} resuming at step {start}"
 )
 
 cfg = yaml.safe_load(Path("config.yaml").read_text()) or {}

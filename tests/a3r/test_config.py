@@ -35,6 +35,26 @@ def test_inventory_yaml(tmp_path):
     assert WorkspaceConfig.load(tmp_path / "copy.yaml") == cfg
 
 
+def test_cpu_slots_split_the_cores_by_thread_count():
+    """Two runs side by side on a 2-core host, one thread each: each slot's runs get the thread count in
+    the variables torch's intra-op pool reads; a slot without one leaves the libraries' default alone."""
+    data = {"hosts": [{"name": "local", "slots": [{"name": "0", "threads": 1}, {"name": "1", "threads": 1}]}]}
+    slots = WorkspaceConfig.parse(data).host("local").slots
+    assert [s.job_env() for s in slots] == [{"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}] * 2
+    assert (
+        WorkspaceConfig.parse({"hosts": [{"name": "local", "slots": 2}]}).host("local").slots[0].job_env()
+        == {}
+    )
+    gpu = WorkspaceConfig.parse(
+        {"hosts": [{"name": "g", "slots": [{"name": "gpu0", "gpus": "0", "threads": 4}]}]}
+    )
+    assert gpu.host("g").slots[0].job_env() == {
+        "CUDA_VISIBLE_DEVICES": "0",
+        "OMP_NUM_THREADS": "4",
+        "MKL_NUM_THREADS": "4",
+    }
+
+
 @pytest.mark.parametrize(
     "data,needle",
     [
@@ -45,6 +65,7 @@ def test_inventory_yaml(tmp_path):
         ({"hosts": [{"name": "a", "slots": ["x", "x"]}]}, "slot names must be unique"),
         ({"scheduler": {"heartbeat_s": 1, "stale_after_s": 1}}, "must exceed heartbeat_s"),
         ({"hosts": []}, "hosts"),
+        ({"hosts": [{"name": "a", "slots": [{"name": "0", "threads": 0}]}]}, "greater than or equal to 1"),
     ],
 )
 def test_errors(data, needle):
@@ -63,7 +84,9 @@ def test_an_ssh_address_cannot_become_an_ssh_option(address):
 
 
 def test_ssh_argv_ends_options_before_the_address():
-    host = SshHost(HostSpec(name="g", kind="ssh", address="me@h", workdir="/x"), socket="s", workspace_key="k")
+    host = SshHost(
+        HostSpec(name="g", kind="ssh", address="me@h", workdir="/x"), socket="s", workspace_key="k"
+    )
     assert host.ssh_argv("true")[-3:] == ["--", "me@h", "true"]
 
 

@@ -192,3 +192,17 @@ def test_hung_worker_is_fenced_within_two_heartbeats(make_ws, tmp_path):
     assert not pgid_alive(a.job_pgid), "fenced: the hung worker's job was killed"
     assert retry.dispatched_at >= lost.ended_at and retry.retry_of == lost.id
     assert "resuming at step 0" not in ws.logs(run.id), "the retry resumed from the checkpoint"
+
+
+def test_a_slots_thread_count_reaches_its_runs(make_ws):
+    """Two CPU slots of one thread each (A3R's way to run two runs side by side on two cores without
+    oversubscribing them): the job in each slot sees OMP_NUM_THREADS=1."""
+    ws = make_ws(
+        hosts=[HostSpec(name="local", slots=[{"name": "0", "threads": 1}, {"name": "1", "threads": 1}])]
+    )
+    runs = ws.add_blueprints(_stage(ws).id, [make_bp(job("--steps", "2", "--sleep", "0.05"), seeds=(1, 2))])
+    ids = [r.id for r in runs]
+    assert ws.wait(ids, timeout=60, drive=True) == {i: "succeeded" for i in ids}
+    assert {ws.attempts(i)[0].slot for i in ids} == {"0", "1"}
+    for i in ids:
+        assert "threads=1 " in ws.logs(i), ws.logs(i)

@@ -1,11 +1,12 @@
-"""The leader's cost model: its arithmetic against hand-computed values, term by term (load, per step,
-per held-out item, checkpoint writes under the engine's step and time rules)."""
+"""The leader's cost model: its arithmetic against hand-computed values, term by term (start, per step and
+per episode-token, per held-out item, checkpoint writes under the engine's step and time rules), and the
+fit that turns a measured breakdown (`benchmarks/run_cost.py`) into its constants."""
 
 from __future__ import annotations
 
 import pytest
 
-from a3r.leader.costs import RUN_COST, RunCost, checkpoint_writes, run_seconds
+from a3r.leader.costs import RUN_COST, RunCost, checkpoint_writes, episode_tokens, fit_run_cost, run_seconds
 
 
 def test_checkpoint_writes_follow_the_engine_rule():
@@ -21,34 +22,125 @@ def test_checkpoint_writes_follow_the_engine_rule():
     assert checkpoint_writes(7, 50.0, {2: 30.0}, every_steps=1, every_s=170.0, final=True) == (1, True)
 
 
+def test_the_step_zero_evaluation_runs_on_the_checkpoint_clock():
+    """The server's clock starts when the model is loaded, before the step-0 evaluation (the lead's
+    measured default run wrote at step 11, where steps alone reach 120 s at step 13). Every 110 s, steps of
+    50 s, 9 steps: 30 + 100 = 130 s at step 2, then 150 s at 5 and 8 (three writes); without the
+    step-0 evaluation 150 s at steps 3 and 6 (two)."""
+    assert checkpoint_writes(9, 50.0, {0: 30.0}, every_steps=1, every_s=110.0, final=True) == (3, True)
+    assert checkpoint_writes(9, 50.0, {}, every_steps=1, every_s=110.0, final=True) == (2, True)
+
+
 def _job(**training) -> dict:
     return {
         "eval_size": 64,
-        "swarm": {"model": {"name": "smollm2-135m"}, "pool": {"batch_size": 4, "group_size": 8}, "training": training},
+        "max_tokens": 25,
+        "swarm": {
+            "model": {"name": "smollm2-135m"},
+            "pool": {"batch_size": 4, "group_size": 8},
+            "training": training,
+        },
     }
 
 
 @pytest.fixture
 def cost(monkeypatch) -> RunCost:
-    """Round figures, so the expected values below are computed by hand (and survive recalibration)."""
-    c = RunCost(start=15.0, step=1.0, per_episode=0.25, per_item=0.17, per_checkpoint=7.0)
+    """Round figures, so the expected values below are computed by hand (and survive recalibration): a
+    step of 32 episodes x 25 tokens = 800 episode-tokens costs 0.4 + 0.6 + (0.006 + 0.004) x 800 = 9 s."""
+    c = RunCost(
+        start=15.0,
+        sample_step=0.4,
+        sample_token=0.006,
+        update_step=0.6,
+        update_token=0.004,
+        per_item=0.17,
+        per_checkpoint=7.0,
+    )
     monkeypatch.setitem(RUN_COST, "smollm2-135m", c)
     return c
 
 
+def test_steps_grow_linearly_in_episodes_and_tokens(cost):
+    assert episode_tokens(_job()) == 800
+    assert cost.step_seconds(800) == pytest.approx(9.0)
+    assert cost.step_seconds(1600) == pytest.approx(17.0)  # twice the episodes or twice the tokens
+    assert episode_tokens({"swarm": {}}) == 16 * 32  # the engine's defaults: batch 4 x group 4, 32 tokens
+
+
 def test_run_seconds_by_term(cost):
-    # load 15 + 20 steps x (1 + 0.25 x 32 episodes) + 2 x 64 items x 0.17 = 15 + 180 + 21.76
+    # start 15 + 20 steps x 9 s + 2 x 64 items x 0.17 = 15 + 180 + 21.76
     base = 216.76
     # every step: 19 full writes of 7 s and the weights-only write at max_steps (a third of the bytes)
     assert run_seconds(_job(checkpoint_every=1), 20) == pytest.approx(base + 7.0 * (19 + 1 / 3))
     assert run_seconds(_job(), 20) == run_seconds(_job(checkpoint_every=1), 20)  # the engine's default
-    # A3R's default: 9 s steps reach 126 s at step 14, the only write; none at the end (the job deletes it)
+    # A3R's default: the clock (10.88 s of step-0 evaluation, 9 s steps) reaches 127.88 s at step 13, the
+    # only write; none at the end (the job deletes it)
     a3r = {**_job(checkpoint_every=1, checkpoint_every_s=120.0), "keep_final_checkpoint": False}
     assert run_seconds(a3r, 20) == pytest.approx(base + 7.0)
+    # twice the reply budget: the steps' per-token part doubles (8 s -> 16 s a step)
+    longer = {**_job(checkpoint_every=0), "max_tokens": 50}
+    assert run_seconds(longer, 20) == pytest.approx(15 + 20 * 17 + 21.76)
 
 
 def test_evaluations_count_on_the_checkpoint_clock(cost):
-    """eval_every 5: 64 x 5 items (before, after, steps 5 10 15) x 0.17 = 54.4 s, and the clock (9 s per
-    step, 10.88 s per evaluation) reaches 120.76 s at step 11: one write of 7 s."""
-    job = {**_job(checkpoint_every=1, checkpoint_every_s=120.0), "keep_final_checkpoint": False, "eval_every": 5}
+    """eval_every 5: 64 x 5 items (before, after, steps 5 10 15) x 0.17 = 54.4 s, and the clock (10.88 s
+    per evaluation, 9 s per step) reaches 10.88 + 90 + 2 x 10.88 + 9 = 131.64 s at step 11, then 82.88 s
+    by step 19: one write of 7 s."""
+    job = {
+        **_job(checkpoint_every=1, checkpoint_every_s=120.0),
+        "keep_final_checkpoint": False,
+        "eval_every": 5,
+    }
     assert run_seconds(job, 20) == pytest.approx(15 + 180 + 54.4 + 7.0)
+
+
+BREAKDOWN = {  # a run_cost.py breakdown in round numbers: 260 s in all
+    "process_s": 0.1,
+    "imports_s": 4.9,
+    "server_s": 4.0,
+    "load_s": 5.0,
+    "other_s": 1.0,
+    "sample_s": 100.0,
+    "update_s": 110.0,
+    "eval_s": 32.0,
+    "checkpoint_s": 3.0,
+}
+
+
+def test_a_measured_breakdown_fits_term_by_term():
+    c = fit_run_cost(
+        BREAKDOWN, steps=20, episode_tokens=500, eval_items=128, checkpoint_writes=1, update_step=0.5
+    )
+    # start 0.1 + 4.9 + 4 + 5 + 1; sampling 5 s a step / 500; update (5.5 - 0.5) / 500; 32 / 128; 3 / 1
+    assert c == pytest.approx(
+        RunCost(
+            start=15.0,
+            sample_step=0.0,
+            sample_token=0.01,
+            update_step=0.5,
+            update_token=0.01,
+            per_item=0.25,
+            per_checkpoint=3.0,
+        )
+    )
+
+
+def test_the_fitted_model_gives_back_the_measured_wall_time(monkeypatch):
+    """Run at the shape it was fitted on, the model predicts the breakdown's sum: 20 steps of 20 x 25
+    episode-tokens, 64 items before and after, and the one write its own clock rule places (16 s of
+    step-0 evaluation + 10.5 s steps reach 121 s at step 10, then 126 s at step 22 > 20)."""
+    c = fit_run_cost(
+        BREAKDOWN, steps=20, episode_tokens=500, eval_items=128, checkpoint_writes=1, update_step=0.5
+    )
+    monkeypatch.setitem(RUN_COST, "smollm2-135m", c)
+    job = {
+        "eval_size": 64,
+        "max_tokens": 25,
+        "keep_final_checkpoint": False,
+        "swarm": {
+            "model": {"name": "smollm2-135m"},
+            "pool": {"batch_size": 5, "group_size": 4},
+            "training": {"checkpoint_every": 1, "checkpoint_every_s": 120.0},
+        },
+    }
+    assert run_seconds(job, 20) == pytest.approx(sum(BREAKDOWN.values()))

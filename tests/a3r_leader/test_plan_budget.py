@@ -18,13 +18,15 @@ GOAL = "Which learning rate trains arithmetic best: 3e-6, 1.5e-5 or 6e-5?"
 
 
 def _smollm2_run_s(steps: int) -> float:
-    """One run of the default job by hand: 4 tasks x 4 episodes per step, 64 held-out items at step 0 and
-    at the end, a checkpoint at the first step ending 120 s (CHECKPOINT_EVERY_S) after the last, none at
-    the end (the job deletes them)."""
+    """One run of the default job by hand: 4 tasks x 4 episodes of up to 32 tokens per step, 64 held-out
+    items at step 0 and at the end, a checkpoint at the first step ending 120 s (CHECKPOINT_EVERY_S) after
+    the last (the server's clock runs through the step-0 evaluation), none at the end (the job deletes them)."""
     c = RUN_COST["smollm2-135m"]
-    step_s = c.step + c.per_episode * 16
-    writes = (steps - 1) // math.ceil(CHECKPOINT_EVERY_S / step_s)
-    return c.start + steps * step_s + 2 * 64 * c.per_item + writes * c.per_checkpoint
+    step_s = c.sample_step + c.update_step + (c.sample_token + c.update_token) * 16 * 32
+    eval_s = 64 * c.per_item
+    first = math.ceil((CHECKPOINT_EVERY_S - eval_s) / step_s)
+    writes = 0 if first > steps - 1 else 1 + (steps - 1 - first) // math.ceil(CHECKPOINT_EVERY_S / step_s)
+    return c.start + steps * step_s + 2 * eval_s + writes * c.per_checkpoint
 
 
 def test_a_budget_whose_runs_cannot_hold_the_first_comparison_says_what_would():

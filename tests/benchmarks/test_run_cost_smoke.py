@@ -29,11 +29,30 @@ def test_smoke_run_breaks_the_wall_time_into_terms(tmp_path):
     smoke_job = result["runs"][0]["job"]
     assert smoke_job["swarm"]["model"]["name"] == "tiny" and smoke_job["swarm"]["training"]["max_steps"] == 1
     assert result["speedup_over_a"]["b"]["n"] == 1
+    # the cost-model line to paste into a3r/leader/costs.py, fitted to the run (one step, no writes)
+    line = rc.fitted_cost_line(result["runs"][0])
+    assert line.startswith('RUN_COST["tiny"] = RunCost(start=') and "per_checkpoint=0)" in line
+
+
+@pytest.mark.slow
+def test_smoke_slots_compare_one_two_thread_run_with_two_one_thread_runs(tmp_path):
+    result = rc.main(["--smoke", "--slots", "--out", str(tmp_path / "slots.json")])
+    one, two = (next(r for r in result["rounds"] if r["layout"] == n) for n in ("1x2", "2x1"))
+    assert (one["runs"], one["threads"], two["runs"], two["threads"]) == (1, 2, 2, 1)
+    assert (one["seeds"], two["seeds"]) == (
+        [0],
+        [0, 1],
+    )  # the same shape, one more seed: same evidence per run
+    assert [r["threads"] for r in two["per_run"]] == [1, 1]
+    assert two["runs_per_hour"] == pytest.approx(2 * 3600 / two["wall_s"])
+    assert result["two_slots_over_one"]["n"] == 1
 
 
 def test_shapes_are_built_from_the_trees_defaults():
     default = rc.build_job("default", [])
-    assert default["swarm"]["training"]["checkpoint_every_s"] > 0 and default["keep_final_checkpoint"] is False
+    assert (
+        default["swarm"]["training"]["checkpoint_every_s"] > 0 and default["keep_final_checkpoint"] is False
+    )
     demo = rc.build_job("demo", ["eval_size=8"])
     assert demo["swarm"]["pool"]["batch_size"] == 8 and demo["eval_size"] == 8
     assert demo["swarm"]["training"]["max_steps"] == 8

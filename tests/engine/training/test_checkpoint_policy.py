@@ -85,6 +85,7 @@ def test_time_basis_kill_before_first_checkpoint_retrains_from_journal_and_ends_
             _play(c, "b", [1.0, 0.0])
             st = c.wait_for_step(1, timeout=120)
             assert st["last_metrics"]["checkpoint_s"] >= 0.0 and st["last_metrics"]["update_s"] > 0.0
+            assert st["last_metrics"]["checkpoint_written"] == 0.0  # run_cost.py counts writes by it
         assert latest_checkpoint(run_dir) is None
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
@@ -99,6 +100,7 @@ def test_time_basis_kill_before_first_checkpoint_retrains_from_journal_and_ends_
             _play(c, "d", [1.0, 0.0])
             st = c.wait_for_step(2, timeout=120)
             assert st["global_step"] == 2 and _pool_ids(c) == set()
+            assert st["last_metrics"]["checkpoint_written"] == 1.0
         ckpt = latest_checkpoint(run_dir)
         assert ckpt is not None and ckpt.name == "step-000002"
         assert read_state(ckpt)["optimizer"] is False and not (ckpt / "optimizer.pt").exists()
