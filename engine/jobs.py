@@ -346,6 +346,14 @@ def _finished_summary(run_dir: Path, max_steps: int) -> dict | None:
     return summary if isinstance(summary, dict) and summary.get("max_steps") == max_steps else None
 
 
+def recorded_accuracy(run_dir: Path, step: int) -> float | None:
+    """The held-out accuracy a run dir's metrics already hold for `step`, if any. Only a complete
+    evaluation is ever logged, and a restart drops the rows of steps it trains again, so a row found
+    here measured the weights the server holds at `step` now."""
+    rows = [r["eval_accuracy"] for r in read_run_metrics(run_dir) if r.get("step") == step and "eval_accuracy" in r]
+    return rows[-1] if rows else None
+
+
 def _measure_before(
     server: ServerProcess, clients, job: TrainJob, held_out: dict, st: dict, run_dir: Path, summary: dict,
     log: MetricsLog,
@@ -356,9 +364,9 @@ def _measure_before(
     that is ROLLING: one that replayed a complete batch from its journal is already training it (and
     inference waits for the new weights), so what it would measure is no longer the untrained model.
     """
-    recorded = [r["eval_accuracy"] for r in read_run_metrics(run_dir) if r.get("step") == 0 and "eval_accuracy" in r]
-    if recorded:
-        summary["accuracy_before"] = recorded[-1]
+    recorded = recorded_accuracy(run_dir, 0)
+    if recorded is not None:
+        summary["accuracy_before"] = recorded
     elif st["global_step"] == 0 and st["state"] == "ROLLING":
         summary["accuracy_before"] = _evaluate_on(server, clients, job, held_out, "before", 0, log)
     else:
@@ -473,7 +481,14 @@ def _drive(server: ServerProcess, job: TrainJob, cfg: SwarmConfig, run_dir: Path
                 acc = _evaluate_on(server, clients, job, held_out, f"step {step}", step, log)
                 summary["evals"].append({"step": step, "accuracy": acc})
         if job.eval_size:
-            summary["accuracy_after"] = _evaluate_on(server, clients, job, held_out, "after", step, log)
+            # A job killed after its final evaluation was recorded but before summary.json was written
+            # has nothing left to measure: evaluating again would log a second final row.
+            after = recorded_accuracy(run_dir, step)
+            if after is None:
+                after = _evaluate_on(server, clients, job, held_out, "after", step, log)
+            else:
+                console.print(f"after: the accuracy at step {step} was recorded before an interruption: {after:.3f}")
+            summary["accuracy_after"] = after
         summary["final_status"] = client.status()
     finally:
         for c in clients.values():
