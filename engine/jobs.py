@@ -38,7 +38,7 @@ from rich.console import Console
 
 from engine.client import RunnerResult, SwarmClient, run_episodes, run_groups
 from engine.config import SwarmConfig
-from engine.errors import ConfigError, EvaluationIncomplete, ServerLost
+from engine.errors import ConfigError, EvaluationIncomplete, ServerExited, ServerLost
 from engine.tasks import get_task
 from engine.tasks.base import HELD_OUT_SEED, split_items
 from engine.teams.config import TeamConfig, TeamMethod
@@ -254,8 +254,9 @@ class ServerProcess:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"swarm server exited with code {self.proc.returncode} before becoming healthy{see_log}"
+                raise ServerExited(
+                    f"swarm server exited with code {self.proc.returncode} before becoming healthy{see_log}",
+                    self.proc.returncode,
                 )
             try:
                 if httpx.get(self.url + "/health", timeout=1.0).status_code == 200:
@@ -404,12 +405,20 @@ def train_single(job: TrainJob, run_dir: Path) -> dict:
     log_path = run_dir / "server.log"
     restarts = 0
     while True:
-        server = ServerProcess(run_dir, log_path=log_path)
+        server = None
         try:
+            server = ServerProcess(run_dir, log_path=log_path)
             _drive(server, job, cfg, run_dir, summary)
             break
-        except httpx.TransportError as e:
-            code = _exit_code(server)
+        except (httpx.TransportError, ServerExited) as e:
+            if isinstance(e, ServerExited):
+                # Killed while starting (a signal: negative code) is a lost server like any other; one
+                # that exits by itself before it is healthy (a bad config, a missing model) fails again.
+                if e.code >= 0:
+                    raise
+                code = e.code
+            else:
+                code = _exit_code(server)
             if code is None:
                 raise  # the server is alive but unreachable: not something a restart fixes
             restarts += 1
@@ -424,7 +433,8 @@ def train_single(job: TrainJob, run_dir: Path) -> dict:
                 f"(restart {restarts} of at most {job.max_server_restarts}; its log: {log_path})"
             )
         finally:
-            server.stop()
+            if server is not None:
+                server.stop()
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     if not job.keep_final_checkpoint:
         shutil.rmtree(checkpoints_dir(run_dir), ignore_errors=True)
