@@ -508,6 +508,8 @@ def markdown(result: dict[str, Any]) -> str:
         f"**{s['kill_events']} kill events, {s['violations']} violations** over {s['trials']['job']} job trials and "
         f"{s['trials']['campaign']} campaign trials (seed {result['seed']}).",
         "",
+        *([f"Trials with violations: {', '.join(s['trials_with_violations'])} (what each was, in the table below).", ""]
+          if s["trials_with_violations"] else []),
         "| process SIGKILLed | kills that hit a live process | scheduled but nothing to hit |",
         "|---|---:|---:|",
     ]
