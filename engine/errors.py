@@ -41,6 +41,14 @@ class JournalCorrupt(SwarmError):
     """The pool journal cannot be replayed (a damaged line before its end, or an unknown record)."""
 
 
+class ServerExited(SwarmError, RuntimeError):
+    """A server subprocess exited before it answered /health (`code`: its exit status, negative for a signal)."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
 class ServerLost(SwarmError, RuntimeError):
     """A job's own server kept dying: it was restarted as often as the job allows and died again."""
 

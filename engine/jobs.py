@@ -38,7 +38,7 @@ from rich.console import Console
 
 from engine.client import RunnerResult, SwarmClient, run_episodes, run_groups
 from engine.config import SwarmConfig
-from engine.errors import ConfigError, EvaluationIncomplete, ServerLost
+from engine.errors import ConfigError, EvaluationIncomplete, ServerExited, ServerLost
 from engine.tasks import get_task
 from engine.tasks.base import HELD_OUT_SEED, split_items
 from engine.teams.config import TeamConfig, TeamMethod
@@ -254,8 +254,9 @@ class ServerProcess:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"swarm server exited with code {self.proc.returncode} before becoming healthy{see_log}"
+                raise ServerExited(
+                    f"swarm server exited with code {self.proc.returncode} before becoming healthy{see_log}",
+                    self.proc.returncode,
                 )
             try:
                 if httpx.get(self.url + "/health", timeout=1.0).status_code == 200:
@@ -346,6 +347,14 @@ def _finished_summary(run_dir: Path, max_steps: int) -> dict | None:
     return summary if isinstance(summary, dict) and summary.get("max_steps") == max_steps else None
 
 
+def recorded_accuracy(run_dir: Path, step: int) -> float | None:
+    """The held-out accuracy a run dir's metrics already hold for `step`, if any. Only a complete
+    evaluation is ever logged, and a restart drops the rows of steps it trains again, so a row found
+    here measured the weights the server holds at `step` now."""
+    rows = [r["eval_accuracy"] for r in read_run_metrics(run_dir) if r.get("step") == step and "eval_accuracy" in r]
+    return rows[-1] if rows else None
+
+
 def _measure_before(
     server: ServerProcess, clients, job: TrainJob, held_out: dict, st: dict, run_dir: Path, summary: dict,
     log: MetricsLog,
@@ -356,9 +365,9 @@ def _measure_before(
     that is ROLLING: one that replayed a complete batch from its journal is already training it (and
     inference waits for the new weights), so what it would measure is no longer the untrained model.
     """
-    recorded = [r["eval_accuracy"] for r in read_run_metrics(run_dir) if r.get("step") == 0 and "eval_accuracy" in r]
-    if recorded:
-        summary["accuracy_before"] = recorded[-1]
+    recorded = recorded_accuracy(run_dir, 0)
+    if recorded is not None:
+        summary["accuracy_before"] = recorded
     elif st["global_step"] == 0 and st["state"] == "ROLLING":
         summary["accuracy_before"] = _evaluate_on(server, clients, job, held_out, "before", 0, log)
     else:
@@ -396,12 +405,20 @@ def train_single(job: TrainJob, run_dir: Path) -> dict:
     log_path = run_dir / "server.log"
     restarts = 0
     while True:
-        server = ServerProcess(run_dir, log_path=log_path)
+        server = None
         try:
+            server = ServerProcess(run_dir, log_path=log_path)
             _drive(server, job, cfg, run_dir, summary)
             break
-        except httpx.TransportError as e:
-            code = _exit_code(server)
+        except (httpx.TransportError, ServerExited) as e:
+            if isinstance(e, ServerExited):
+                # Killed while starting (a signal: negative code) is a lost server like any other; one
+                # that exits by itself before it is healthy (a bad config, a missing model) fails again.
+                if e.code >= 0:
+                    raise
+                code = e.code
+            else:
+                code = _exit_code(server)
             if code is None:
                 raise  # the server is alive but unreachable: not something a restart fixes
             restarts += 1
@@ -416,7 +433,8 @@ def train_single(job: TrainJob, run_dir: Path) -> dict:
                 f"(restart {restarts} of at most {job.max_server_restarts}; its log: {log_path})"
             )
         finally:
-            server.stop()
+            if server is not None:
+                server.stop()
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     if not job.keep_final_checkpoint:
         shutil.rmtree(checkpoints_dir(run_dir), ignore_errors=True)
@@ -473,7 +491,14 @@ def _drive(server: ServerProcess, job: TrainJob, cfg: SwarmConfig, run_dir: Path
                 acc = _evaluate_on(server, clients, job, held_out, f"step {step}", step, log)
                 summary["evals"].append({"step": step, "accuracy": acc})
         if job.eval_size:
-            summary["accuracy_after"] = _evaluate_on(server, clients, job, held_out, "after", step, log)
+            # A job killed after its final evaluation was recorded but before summary.json was written
+            # has nothing left to measure: evaluating again would log a second final row.
+            after = recorded_accuracy(run_dir, step)
+            if after is None:
+                after = _evaluate_on(server, clients, job, held_out, "after", step, log)
+            else:
+                console.print(f"after: the accuracy at step {step} was recorded before an interruption: {after:.3f}")
+            summary["accuracy_after"] = after
         summary["final_status"] = client.status()
     finally:
         for c in clients.values():

@@ -215,6 +215,16 @@ class SamplePool:
         self._remove(batch, op=None)
         self._taken.update((e.seq, e) for e in batch)
 
+    def mark_stepped(self, step: int, batch: list[EpisodeResult]) -> Future[None]:
+        """Record that `batch` trained step `step`, durable or not yet (`mark_trained` says when it is).
+
+        Replay ignores it (a batch not yet checkpointed must come back after a crash); it is history
+        for `swarm audit`, which would otherwise not see a step no checkpoint holds yet (under a time
+        basis, every step after the last write). A restart that retrains step k writes k again."""
+        written = self._append({"op": "stepped", "step": step, "seqs": [e.seq for e in batch]})
+        written.add_done_callback(_log_failure)
+        return written
+
     def mark_trained(self, batch: list[EpisodeResult]) -> Future[None]:
         """Record durably that a batch's step is checkpointed; those episodes will not be replayed."""
         for e in batch:
@@ -307,6 +317,8 @@ class SamplePool:
                 elif op == "group":  # a decided group, as a compaction keeps it
                     outcomes = [MemberOutcome(str(i), bool(a), str(r)) for i, a, r in rec["outcomes"]]
                     self.group_table.restore(rec["group"], GroupState(rec["state"]), outcomes)
+                elif op == "stepped":
+                    pass  # history for the audit: the batch comes back unless a `trained` mark follows
                 elif op == "seq":
                     self._next_seq = max(self._next_seq, int(rec["next"]))
                     continue  # a header, not an episode record

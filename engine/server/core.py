@@ -654,6 +654,7 @@ class SwarmServer:
             t0 = time.perf_counter()
             metrics = await asyncio.to_thread(backend.train_step, batch)
             t_trained = time.perf_counter()
+            self.pool.mark_stepped(backend.global_step, batch)
             self._uncheckpointed.extend(batch)
             # With checkpoints off (checkpoint_every 0) weights are never durable and a restart begins
             # from the initial model, so there is nothing to wait for: a trained batch is consumed now.

@@ -3,7 +3,9 @@
 `audit_history` is a pure function over the journal's records and the metric rows; `audit_run_dir` reads
 them (and the group size from `swarm_config.yaml`). It checks:
 
-- every pooled episode is marked trained at most once, and no task (a `s<step>:<position>:<item>` id of
+- every pooled episode trained in at most one step (the journal's `stepped` records, one per training
+  step whether or not a checkpoint holds it yet, less those a restart rolled back) and is marked durably
+  trained at most once, and no task (a `s<step>:<position>:<item>` id of
   `swarm train`) trained two groups' worth of episodes: a step's prompts trained twice shows here;
 - the steps whose prompts were trained are contiguous (a step's prompts never trained shows as a gap);
 - the per-step training metrics name each step once, contiguously from 1;
@@ -46,6 +48,22 @@ class AuditReport:
         return {"ok": self.ok, "violations": self.violations, "checked": self.checked, "notes": self.notes}
 
 
+def effective_steps(journal: list[dict]) -> dict[int, list[int]]:
+    """Step -> the seqs that trained it, from the `stepped` records, as the run's weights hold them now.
+
+    A server restarted from the checkpoint of step k trains step k+1 (and on) again and records it
+    again: a `stepped` record of step n drops every earlier record of step n or later (their training
+    was rolled back), so what remains is the history the final weights went through."""
+    steps: dict[int, list[int]] = {}
+    for rec in journal:
+        if rec.get("op") == "stepped" and isinstance(rec.get("step"), int):
+            n = rec["step"]
+            for later in [s for s in steps if s >= n]:
+                del steps[later]
+            steps[n] = list(rec.get("seqs") or [])
+    return steps
+
+
 def _trained_episodes(journal: list[dict], report: AuditReport) -> list[dict]:
     episodes: dict[int, dict] = {}
     marks: Counter[int] = Counter()
@@ -62,10 +80,25 @@ def _trained_episodes(journal: list[dict], report: AuditReport) -> list[dict]:
     for seq, n in sorted(marks.items()):
         if n > 1:
             report.violations.append(f"episode seq {seq} was marked trained {n} times")
-    unknown = [s for s in marks if s not in episodes]
+    steps = effective_steps(journal)
+    if steps:
+        # Every trained step, durable or not: a journal of this version records each one.
+        trained: Counter[int] = Counter(s for seqs in steps.values() for s in seqs)
+        for seq, n in sorted(trained.items()):
+            if n > 1:
+                report.violations.append(f"episode seq {seq} trained in {n} steps")
+        gaps = sorted(set(range(min(steps), max(steps) + 1)) - set(steps))
+        if gaps:
+            report.violations.append(f"server steps {gaps} have no trained batch")
+        report.checked["trained_steps_journaled"] = len(steps)
+    else:
+        trained = marks
+        if marks:
+            report.notes.append("no per-step records (a journal from before them): only checkpointed steps are seen")
+    unknown = [s for s in trained if s not in episodes]
     if unknown:
         report.notes.append(f"{len(unknown)} trained seq(s) have no episode record (compacted)")
-    return [episodes[s] for s in sorted(marks) if s in episodes]
+    return [episodes[s] for s in sorted(trained) if s in episodes]
 
 
 def _check_tasks(trained: list[dict], group_size: int, report: AuditReport) -> None:

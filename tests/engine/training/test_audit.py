@@ -96,3 +96,68 @@ def test_swarm_audit_prints_the_verdict_and_exits_by_it(tmp_path):
     assert out.returncode == 1 and json.loads(out.stdout)["ok"] is False
     out = subprocess.run([sys.executable, "-m", "engine.cli", "audit", str(tmp_path / "nope")], capture_output=True, text=True, timeout=60)
     assert out.returncode == 1 and "Traceback" not in out.stderr and "swarm_config.yaml" in out.stderr
+
+
+def _stepped(journal: list[dict]) -> list[dict]:
+    """The journal a time-basis run writes before any checkpoint: each step recorded, none durable."""
+    out, step = [], 0
+    for r in journal:
+        if r["op"] == "trained":
+            step += 1
+            out.append({"op": "stepped", "step": step, "seqs": r["seqs"]})
+        else:
+            out.append(r)
+    return out
+
+
+def test_steps_no_checkpoint_holds_yet_are_audited():
+    """Under time-based checkpoints nothing is marked trained until a write: the per-step records are
+    what the audit checks, and a step's prompts trained twice (defect 1) shows there too."""
+    journal, metrics = _clean()
+    report = audit_history(_stepped(journal), metrics, group_size=G, eval_items=8)
+    assert report.ok, report.violations
+    assert report.checked["trained_prompt_steps"] == 3 and report.checked["trained_steps_journaled"] == 3
+    replayed = _stepped(journal) + [_add(10, 1, 0), _add(11, 1, 0), {"op": "stepped", "step": 4, "seqs": [10, 11]}]
+    report = audit_history(replayed, metrics, group_size=G, eval_items=8)
+    assert any("step 1's prompts trained twice" in v for v in report.violations), report.violations
+
+
+def test_a_step_retrained_after_a_restart_is_not_flagged_but_a_seq_in_two_steps_is():
+    journal, metrics = _clean()
+    stepped = _stepped(journal)
+    # a restart from step 1's checkpoint trains steps 2 and 3 again, on the same replayed episodes
+    rolled_back = stepped + [{"op": "stepped", "step": 2, "seqs": [2, 3]}, {"op": "stepped", "step": 3, "seqs": [4, 5]}]
+    assert audit_history(rolled_back, metrics, group_size=G, eval_items=8).ok
+    twice = stepped + [{"op": "stepped", "step": 4, "seqs": [2]}]
+    assert "episode seq 2 trained in 2 steps" in audit_history(twice, metrics, group_size=G).violations
+    gap = [r for r in stepped if r.get("step") != 2]
+    assert "server steps [2] have no trained batch" in audit_history(gap, metrics, group_size=G).violations
+
+
+@pytest.mark.slow
+def test_a_time_basis_run_is_audited_step_by_step(tmp_path):
+    """A real `swarm train` whose only checkpoint policy is an hour's time basis and no final write: no
+    batch is ever marked durably trained, yet the audit sees both steps."""
+    import yaml
+
+    from engine.training.audit import audit_run_dir
+
+    job = {
+        "task": "arithmetic", "eval_size": 2, "max_tokens": 4, "concurrency": 4, "keep_final_checkpoint": False,
+        "swarm": {
+            "model": {"name": "tiny"},
+            "pool": {"batch_size": 2, "group_size": 2},
+            "training": {"max_steps": 2, "mini_batch_size": 4, "micro_batch_size": 2, "checkpoint_every_s": 3600},
+        },
+    }
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "engine.cli", "train", "--config", str(tmp_path / "job.yaml"), "--run-dir", str(run_dir)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    ops = [json.loads(line)["op"] for line in (run_dir / "pool.journal.jsonl").read_text().splitlines()]
+    assert "trained" not in ops, "a checkpoint was written: the time basis should have skipped both steps"
+    report = audit_run_dir(run_dir, eval_items=2)
+    assert report.ok, report.violations
+    assert report.checked["trained_steps_journaled"] == 2 and report.checked["trained_prompt_steps"] == 2
+    assert report.checked["trained_episodes"] == 8  # 2 steps x 2 tasks x 2 episodes

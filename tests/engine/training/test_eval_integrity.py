@@ -77,3 +77,37 @@ def test_an_evaluation_cut_short_by_a_killed_server_is_measured_again_in_full(tm
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "400"})
     assert again.returncode == 0, again.stderr[-3000:]
     assert "already finished" in again.stderr and metrics.read_text() == before
+
+
+@pytest.mark.slow
+def test_a_job_killed_between_its_final_evaluation_and_its_summary_does_not_evaluate_again(tmp_path):
+    """The state a SIGKILL leaves between the final `eval_accuracy` row and summary.json (the window is
+    too short to hit reliably): the run dir as a finished job leaves it, less its summary. The rerun
+    resumes the final checkpoint, reuses the recorded final accuracy, and logs no second final row."""
+    job = {
+        "task": "arithmetic",
+        "eval_size": 4,
+        "max_tokens": 6,
+        "concurrency": 4,
+        "swarm": {
+            "model": {"name": "tiny"},
+            "pool": {"batch_size": 2, "group_size": 2},
+            "training": {"max_steps": 1, "mini_batch_size": 4, "micro_batch_size": 2},
+        },
+    }
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "engine.cli", "train", "--config", str(tmp_path / "job.yaml"), "--run-dir", str(run_dir)]
+    first = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    (run_dir / "summary.json").unlink()  # killed after the final row, before the summary was written
+
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "400"})
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "was recorded before an interruption" in again.stderr
+    rows = _eval_rows(run_dir / "metrics.jsonl")
+    assert [(r["step"], r["eval_items"]) for r in rows] == [(0, 4), (1, 4)], rows
+    rerun = json.loads((run_dir / "summary.json").read_text())
+    assert rerun["accuracy_after"] == summary["accuracy_after"] == rows[1]["eval_accuracy"]
+    assert audit_run_dir(run_dir, eval_items=4).ok

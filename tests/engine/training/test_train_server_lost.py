@@ -134,3 +134,41 @@ def test_supersede_drops_only_records_after_the_resumed_step(tmp_path, monkeypat
     a3r_only = MetricsLog(None)
     a3r_only.write({"step": 5, "pg_loss": 0.1})
     assert a3r_only.supersede_after(0) == 0 and a3r_file.read_text() == '{"step": 5, "pg_loss": 0.1}\n'
+
+
+@pytest.mark.slow
+def test_a_server_killed_before_it_is_healthy_is_restarted(tmp_path):
+    """Found by the chaos benchmark: a server SIGKILLed while it still starts (before /health answers)
+    ended `swarm train` with a RuntimeError traceback instead of a restart."""
+    job = {
+        "task": "arithmetic", "eval_size": 0, "max_tokens": 4, "concurrency": 4,
+        "swarm": {
+            "model": {"name": "tiny"},
+            "pool": {"batch_size": 2, "group_size": 2},
+            "training": {"max_steps": 1, "mini_batch_size": 4, "micro_batch_size": 2},
+        },
+    }
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "engine.cli", "train", "--config", str(tmp_path / "job.yaml"), "--run-dir", str(run_dir)]
+    stderr = tmp_path / "stderr.txt"
+    with open(stderr, "w") as err_file:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err_file, env={**os.environ, "COLUMNS": "400"})
+    try:
+        deadline = time.monotonic() + 240
+        while not child_pids(proc.pid):  # the server's process exists; it imports torch for seconds yet
+            assert proc.poll() is None, stderr.read_text()[-3000:]
+            assert time.monotonic() < deadline, "no server started within 240 s"
+            time.sleep(0.005)
+        assert "server ROLLING" not in stderr.read_text()
+        (server_pid,) = child_pids(proc.pid)
+        os.kill(server_pid, signal.SIGKILL)
+        proc.wait(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    err = stderr.read_text()
+    assert proc.returncode == 0, err[-3000:]
+    assert "Traceback" not in err and "restarting it from the last checkpoint" in err
+    assert _steps(run_dir / "metrics.jsonl") == [1]
