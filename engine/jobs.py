@@ -56,7 +56,10 @@ class TrainJob(BaseModel):
     task: str = Field("arithmetic", description="Built-in task: arithmetic, countdown, calculator, solve_check, werewolf.")
     swarm: SwarmConfig = SwarmConfig()
     seed: int = Field(
-        0, description="Seeds the training data order (and the model, through swarm.model.seed)."
+        0,
+        description="Seeds which training problems are drawn and in what order. Each episode's sampling stream "
+        "is keyed by swarm.model.seed and its task id (step, position, problem), so runs with different seeds "
+        "sample differently and runs with the same seed share problems and streams (arms paired on seeds).",
     )
     eval_size: int = Field(
         64, ge=0, description="Held-out items for greedy accuracy before and after (0: skip)."
