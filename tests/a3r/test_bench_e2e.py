@@ -28,7 +28,7 @@ from .conftest import history, wait_for
 pytestmark = [pytest.mark.tmux, pytest.mark.slow]
 
 PROJECT = Path(__file__).resolve().parents[2]
-ANCHOR = "        res = run_episodes(\n            clients[t],\n            episodes,"  # one step's training episodes
+ANCHOR = "        res = run_items(\n            clients[t], task, episodes,"  # one step's training episodes
 SUITE = """
 name: e2e
 alpha: 0.05
