@@ -494,9 +494,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         tempfile.TemporaryDirectory(prefix="run_cost-runs-") as tmp,
         worktree_at(args.main_commit) if args.main_commit else _nothing() as main_tree,
     ):
+        # --main-commit alone compares main with this tree; with --variant, with those trees
+        variants = variants or [("current", str(REPO))]
         if main_tree is not None:
             variants = [("main", str(main_tree)), *variants]
-        variants = variants or [("current", str(REPO))]
         if len(variants) > 1 and not all(Path(p).is_dir() for _, p in variants):
             raise SystemExit(f"every --variant PATH must be a directory: {variants}")
         names = [n for n, _ in variants]
