@@ -94,7 +94,7 @@ def test_sigkill_monitor_and_restart(make_ws):
         _assert_exactly_once(ws, rid, 10)
         extra = [a for a in ws.attempts(rid) if a.state != "succeeded"]
         assert all(a.state == "stale" and "vanished" in a.reason for a in extra), (
-            "only a launch cut short may repeat"
+            f"only a launch cut short may repeat: {[(a.state, a.reason) for a in extra]}"
         )
     assert len(ws.store.events(kinds=["monitor_start"])) == 2
     assert ws.store.lease() is None, "the clean monitor released the lease"
