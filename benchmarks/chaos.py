@@ -240,15 +240,7 @@ def job_trial(index: int, seed: int, work: Path, reference: Path, kills: int) ->
             proc.kill()
             proc.wait()
     violations += check_job_run(run_dir, reference)
-    return {
-        "trial": index,
-        "kind": "job",
-        "schedule": schedule,
-        "events": events,
-        "kills": dict(Counter(e["kind"] for e in events if e["hit"])),
-        "wall_s": round(time.monotonic() - started, 1),
-        "violations": violations,
-    }
+    return _trial_record(index, "job", schedule, events, started, violations)
 
 
 def _summary(run_dir: Path) -> dict[str, Any]:
@@ -258,6 +250,20 @@ def _summary(run_dir: Path) -> dict[str, Any]:
     summary["global_step"] = final.get("global_step")
     return summary
 
+
+
+def _trial_record(index: int, kind: str, schedule, events: list, started: float, violations: list, **extra) -> dict:
+    """One trial's result row: what was scheduled, what hit, how long it took, what broke."""
+    return {
+        "trial": index,
+        "kind": kind,
+        "schedule": schedule,
+        "events": events,
+        "kills": dict(Counter(e["kind"] for e in events if e["hit"])),
+        "wall_s": round(time.monotonic() - started, 1),
+        "violations": violations,
+        **extra,
+    }
 
 def check_job_run(run_dir: Path, reference: Path) -> list[str]:
     """Everything a disturbed job must still match: audit, episodes accepted once, metrics, summary."""
@@ -461,16 +467,7 @@ def campaign_trial(index: int | None, seed: int, work: Path, reference: dict | N
         ws.stop_monitor()
         ws.shutdown()
         ws.close()
-    return {
-        "trial": index,
-        "kind": "campaign",
-        "schedule": schedule,
-        "events": events,
-        "kills": dict(Counter(e["kind"] for e in events if e["hit"])),
-        "wall_s": round(time.monotonic() - started, 1),
-        "violations": violations,
-        "outcome": outcome,
-    }
+    return _trial_record(index, "campaign", schedule, events, started, violations, outcome=outcome)
 
 
 # ----------------------------------------------------------------------------------------------- reporting
