@@ -66,7 +66,11 @@ def test_sigkill_monitor_and_restart(make_ws):
     # lease from a live first one (that takeover is legitimate, and tested in test_store, but not this test).
     # The jobs hold after their last step until the test releases them, so the first monitor is still busy
     # (holding its lease) when the second one starts and when it is killed, however slowly either starts.
-    ws = make_ws(slots=2, lease_ttl_s=60)
+    # Long heartbeat and start limits too: the suite's 1 s limit lets a worker starved for a second on a loaded
+    # 2-core machine be declared lost and retried, a legitimate repeat this test would count against the
+    # monitor (it flaked so once in a full run). A launch cut short by the kill is still caught at once,
+    # by its missing tmux session, not by a clock.
+    ws = make_ws(slots=2, lease_ttl_s=60, stale_after_s=60, start_grace_s=120)
     release = ws.root / "release-jobs"
     runs = ws.add_blueprints(
         _stage(ws).id,
