@@ -310,6 +310,7 @@ def evaluate(
     console.print(f"[bold]{label}[/] greedy accuracy ({key}) on {len(items)} held-out items: {acc:.3f}")
     for role, role_acc in res.mean_by_role().items():  # per-role tasks: each role's win rate
         log.write({"step": step, f"{key}/{role}": role_acc})
+    log.write_eval_scores(step, key, [it.id for it in items], [float(r) for r in res.rewards])
     log.write({"step": step, key: acc, eval_items_key(key): len(items)})
     return acc
 

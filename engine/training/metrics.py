@@ -15,6 +15,21 @@ from pathlib import Path
 from engine.fsutil import atomic_write_text
 
 METRICS_FILE = "metrics.jsonl"
+EVAL_SCORES_FILE = "eval_scores.jsonl"
+
+
+def read_eval_scores(run_dir: str | Path) -> dict[tuple[int, str], tuple[list[str], list[float]]]:
+    """(step, accuracy key) -> (held-out item ids in held-out order, each item's score) of a run dir's
+    complete evaluations; a step evaluated again after a resume keeps its last record."""
+    path = Path(run_dir) / EVAL_SCORES_FILE
+    if not path.is_file():
+        return {}
+    out: dict[tuple[int, str], tuple[list[str], list[float]]] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            rec = json.loads(line)
+            out[(int(rec["step"]), rec["key"])] = (rec["items"], rec["scores"])
+    return out
 
 
 def read_run_metrics(run_dir: str | Path) -> list[dict]:
@@ -42,6 +57,17 @@ class MetricsLog:
             p.parent.mkdir(parents=True, exist_ok=True)
             with open(p, "a", encoding="utf-8") as f:
                 f.write(line)
+
+    def write_eval_scores(self, step: int, key: str, item_ids: list[str], scores: list[float]) -> None:
+        """Each held-out item's score in one complete evaluation, beside the run dir's metrics: which
+        problems a run solves, and what any prefix of the held-out set (a smaller one: the set is a prefix
+        of its seed's stream) would have scored. Not sent to A3R's file, whose reader takes numbers."""
+        if self.run_path is None:
+            return
+        rec = {"step": step, "key": key, "items": item_ids, "scores": scores}
+        self.run_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.run_path.with_name(EVAL_SCORES_FILE), "a", encoding="utf-8") as f:
+            f.write(json.dumps(rec) + "\n")
 
     def supersede_after(self, step: int) -> int:
         """Drop the run dir's records of steps after `step` (they will be retrained); returns how many."""
