@@ -40,6 +40,9 @@ owning both cores) against two concurrent runs with 1 thread each (`2x1`: two sl
 
     python benchmarks/run_cost.py --shape default --main-commit main --repeats 3 --out docs/benchmarks/run_cost.json
     python benchmarks/run_cost.py --shape default --slots --repeats 3 --out docs/benchmarks/run_cost_slots.json
+    python benchmarks/run_cost.py --shape default --slots --main-commit c04b1a9 --layouts 2x1 --repeats 3 \
+        --out docs/benchmarks/run_cost_slots_vs_main.json   # runs per hour: this tree's two 1-thread
+        # slots against main's one default slot, interleaved
     python benchmarks/run_cost.py --smoke     # tiny model, 1 step, two runs of this tree: the script works
     python benchmarks/run_cost.py --smoke --slots    # the same for the slots comparison
 """
@@ -359,18 +362,21 @@ def median_run(runs: list[dict[str, Any]], name: str) -> dict[str, Any]:
 SLOT_LAYOUTS = {"1x2": (1, 2), "2x1": (2, 1)}  # name: (concurrent runs, threads each)
 
 
-def run_slots(tree: Path, shape: str, sets: list[str], work: Path, k: int, layout: str) -> dict[str, Any]:
-    """One round of a slot layout: its runs side by side (seeds 0, 1, ...), and the wall until the last
-    ends. Runs per hour count every run of the round."""
+def run_slots(
+    tree: Path, shape: str, sets: list[str], work: Path, k: int, layout: str, variant: str = "current"
+) -> dict[str, Any]:
+    """One round of a slot layout of `variant`'s tree: its runs side by side (seeds 0, 1, ...), and the
+    wall until the last ends. Runs per hour count every run of the round."""
     n, threads = SLOT_LAYOUTS[layout]
     t0 = time.perf_counter()
     started = [
-        start_child(f"{layout}-s{i}", tree, shape, [*sets, f"seed={i}"], work, k, threads=threads)
+        start_child(f"{variant}-{layout}-s{i}", tree, shape, [*sets, f"seed={i}"], work, k, threads=threads)
         for i in range(n)
     ]
     runs = [finish_child(s) for s in started]
     wall_s = time.perf_counter() - t0
     return {
+        "variant": variant,
         "layout": layout,
         "repeat": k,
         "runs": n,
@@ -385,35 +391,52 @@ def run_slots(tree: Path, shape: str, sets: list[str], work: Path, k: int, layou
 
 
 def compare_slots(rounds: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per layout the median runs per hour; 2x1's over 1x2's per repeat (> 1: two 1-thread slots do more
-    runs per hour)."""
+    """Per (variant, layout) the median runs per hour; per repeat, this tree's 2x1 over its 1x2 (> 1: two
+    1-thread slots do more runs per hour) and, with a main baseline, each of this tree's layouts over
+    main's one slot."""
     import statistics
 
     from benchmarks.common import spread
 
-    by = {name: [r for r in rounds if r["layout"] == name] for name in SLOT_LAYOUTS}
-    ratios = [b["runs_per_hour"] / a["runs_per_hour"] for a, b in zip(by["1x2"], by["2x1"], strict=True)]
-    return {
-        "median_runs_per_hour": {
-            n: statistics.median(r["runs_per_hour"] for r in rs) for n, rs in by.items()
-        },
-        "two_slots_over_one": spread(ratios),
+    by: dict[str, list[dict[str, Any]]] = {}
+    for r in rounds:
+        by.setdefault(f"{r.get('variant', 'current')} {r['layout']}", []).append(r)
+
+    def ratio(num: str, den: str) -> dict[str, Any]:
+        pairs = zip(by[den], by[num], strict=True)
+        return spread([b["runs_per_hour"] / a["runs_per_hour"] for a, b in pairs])
+
+    out: dict[str, Any] = {
+        "median_runs_per_hour": {n: statistics.median(r["runs_per_hour"] for r in rs) for n, rs in by.items()}
     }
+    if "current 1x2" in by and "current 2x1" in by:
+        out["two_slots_over_one"] = ratio("current 2x1", "current 1x2")
+    if "main 1x2" in by:
+        out["over_main_one_slot"] = {n: ratio(n, "main 1x2") for n in by if n.startswith("current")}
+    return out
 
 
 def slots_main(args: argparse.Namespace, sets: list[str]) -> dict[str, Any]:
-    """`--slots`: 1x2 against 2x1 on this tree, interleaved."""
+    """`--slots`: this tree's layouts (`--layouts`, default 1x2 and 2x1) interleaved, and with
+    `--main-commit` main's one 2-thread slot (A3R's default then) in every repeat as the baseline."""
     from benchmarks.common import fmt_spread, loadavg, machine_record, rotated
 
+    layouts = args.layouts or list(SLOT_LAYOUTS)
     load_before = loadavg()
     rounds = []
-    with tempfile.TemporaryDirectory(prefix="run_cost-slots-") as tmp:
+    with (
+        tempfile.TemporaryDirectory(prefix="run_cost-slots-") as tmp,
+        worktree_at(args.main_commit) if args.main_commit else _nothing() as main_tree,
+    ):
+        plan = [("current", REPO, layout) for layout in layouts]
+        if main_tree is not None:
+            plan.insert(0, ("main", Path(main_tree), "1x2"))
         for k in range(args.repeats):
-            for layout in rotated(list(SLOT_LAYOUTS), k):
-                rounds.append(run_slots(REPO, args.shape, sets, Path(tmp), k, layout))
+            for variant, tree, layout in rotated(plan, k):
+                rounds.append(run_slots(tree, args.shape, sets, Path(tmp), k, layout, variant))
                 r = rounds[-1]
                 print(
-                    f"repeat {k} {layout}: {r['runs']} run(s) in {r['wall_s']:.1f} s, "
+                    f"repeat {k} {variant} {layout}: {r['runs']} run(s) in {r['wall_s']:.1f} s, "
                     f"{r['runs_per_hour']:.2f} runs/h (load {r['loadavg_after']})",
                     flush=True,
                 )
@@ -421,13 +444,17 @@ def slots_main(args: argparse.Namespace, sets: list[str]) -> dict[str, Any]:
         "shape": args.shape,
         "sets": sets,
         "repeats": args.repeats,
+        "main_commit": args.main_commit,
         "machine": machine_record(load_before),
         **compare_slots(rounds),
         "rounds": rounds,
     }
     for n, v in result["median_runs_per_hour"].items():
         print(f"{n}: median {v:.2f} runs per hour")
-    print(f"2x1 runs per hour over 1x2: {fmt_spread(result['two_slots_over_one'])}")
+    if "two_slots_over_one" in result:
+        print(f"2x1 runs per hour over 1x2: {fmt_spread(result['two_slots_over_one'])}")
+    for n, v in result.get("over_main_one_slot", {}).items():
+        print(f"{n} runs per hour over main 1x2: {fmt_spread(v)}")
     if args.out:
         args.out.write_text(json.dumps(result, indent=2, default=str))
     return result
@@ -470,6 +497,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         action="store_true",
         help="one run with 2 threads against two concurrent runs with 1 thread each (this tree)",
     )
+    ap.add_argument(
+        "--layouts",
+        nargs="+",
+        choices=list(SLOT_LAYOUTS),
+        help="with --slots: this tree's layouts to run (default all)",
+    )
     ap.add_argument("--out", type=Path, help="write the result JSON here")
     args = ap.parse_args(argv)
     if args.child:
@@ -486,8 +519,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         variants = variants or [("a", str(REPO)), ("b", str(REPO))]
         args.repeats = 1
     if args.slots:
-        if variants and not args.smoke or args.main_commit:
-            raise SystemExit("--slots measures this tree only: drop --variant and --main-commit")
+        if variants and not args.smoke:
+            raise SystemExit("--slots measures this tree (and main with --main-commit): drop --variant")
         return slots_main(args, sets)
     load_before = loadavg()
     with (
