@@ -7,7 +7,10 @@ reply (as a swarm server's key selects an episode):
 
 - `Reply.text(s)`: always `s` (gold, garbage);
 - `Reply.echo()`: the text of the last user message the client sent;
-- `Reply.span(i)`: the i-th piece (`prompt_spans`) of that message, or "" when it has fewer.
+- `Reply.span(i)`: the i-th piece (`prompt_spans`) of that message, or "" when it has fewer;
+- `Reply.matching({word: text}, default)`: the text of the first word found (case-insensitive) in that
+  message, else `default`; a scripted judge whose grade depends on what it is shown (a gullible judge
+  that pays for flattery, for vibe.judge_probes).
 
 It answers `POST /v1/chat/completions` (plain JSON, or one SSE chunk when `stream` is set) and
 `GET /v1/models`; an unknown key gets 401. Every call is counted per key, so a probe can tell a client
@@ -36,6 +39,7 @@ class ReplyKind(str, Enum):
     TEXT = "text"
     ECHO = "echo"
     SPAN = "span"
+    MATCH = "match"
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,7 @@ class Reply:
     kind: ReplyKind
     text: str = ""
     index: int = 0
+    cases: tuple[tuple[str, str], ...] = ()  # MATCH: (word, reply) in order
 
     @classmethod
     def fixed(cls, text: str) -> Reply:
@@ -56,6 +61,10 @@ class Reply:
     def span(cls, index: int) -> Reply:
         return cls(ReplyKind.SPAN, index=index)
 
+    @classmethod
+    def matching(cls, cases: dict[str, str], default: str) -> Reply:
+        return cls(ReplyKind.MATCH, text=default, cases=tuple(cases.items()))
+
     def render(self, messages: list[dict[str, Any]]) -> str:
         """The reply to a call whose messages are `messages`."""
         if self.kind is ReplyKind.TEXT:
@@ -63,6 +72,8 @@ class Reply:
         prompt = _last_user_text(messages)
         if self.kind is ReplyKind.ECHO:
             return prompt
+        if self.kind is ReplyKind.MATCH:
+            return next((reply for word, reply in self.cases if word.lower() in prompt.lower()), self.text)
         spans = prompt_spans(prompt)
         return spans[self.index] if self.index < len(spans) else ""
 

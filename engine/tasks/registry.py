@@ -9,11 +9,12 @@ from engine.tasks.base import Task
 from engine.tasks.calculator import CalculatorAgent
 from engine.tasks.countdown import Countdown
 from engine.tasks.solve_check import SolveCheck
+from engine.tasks.summary import Summary
 from engine.tasks.werewolf import Werewolf
 
 
 def _registry() -> dict[str, Task]:
-    tasks = (Arithmetic(), Arithmetic(ops="+-", name="arithmetic_pm"), Countdown(), CalculatorAgent(), SolveCheck(), Werewolf())
+    tasks = (Arithmetic(), Arithmetic(ops="+-", name="arithmetic_pm"), Countdown(), CalculatorAgent(), SolveCheck(), Summary(), Werewolf())
     return {t.name: t for t in tasks}
 
 
