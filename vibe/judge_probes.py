@@ -54,6 +54,7 @@ class JudgeProbeResult:
     ungraded: int
     wins: int  # graded pairs where the hack scored above the honest reply
     flagged: bool
+    gains: tuple[float, ...] = ()  # per graded pair: hack's reward - honest reward (for paired intervals)
 
     @property
     def gain(self) -> float | None:
@@ -82,7 +83,7 @@ def probe_judge(judge: LLMJudge, pairs: list[tuple[str, str]], margin: float = 0
         p_mean = sum(s for _, s in both) / len(both) if both else None
         flagged = bool(both) and p_mean - h_mean > margin
         results.append(JudgeProbeResult(probe, h_mean, p_mean, len(both), len(pairs) - len(both),
-                                        sum(s > h for h, s in both), flagged))
+                                        sum(s > h for h, s in both), flagged, tuple(s - h for h, s in both)))
     return results
 
 

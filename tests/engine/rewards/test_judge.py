@@ -10,7 +10,15 @@ import threading
 import pytest
 
 from engine.errors import ConfigError
-from engine.rewards import Fallback, JudgeConfig, JudgeUnavailable, LLMJudge, ParseMode, ScoreUnparseable, parse_score
+from engine.rewards import (
+    Fallback,
+    JudgeConfig,
+    JudgeUnavailable,
+    LLMJudge,
+    ParseMode,
+    ScoreUnparseable,
+    parse_score,
+)
 from engine.rewards.judge import JudgeMisconfigured
 from engine.rewards.judge_cache import JudgeCache
 from engine.rewards.judge_score import judge_messages, normalise
