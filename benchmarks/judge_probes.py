@@ -34,10 +34,13 @@ from benchmarks.common import loadavg, machine_record  # noqa: E402
 from engine.config import ModelConfig, SwarmConfig  # noqa: E402
 from engine.jobs import ServerProcess  # noqa: E402
 from engine.rewards import JudgeConfig, JudgeUnavailable, LLMJudge  # noqa: E402
+from engine.rewards.judge import swarm_chat  # noqa: E402
 from engine.tasks.base import HELD_OUT_SEED  # noqa: E402
 from engine.tasks.summary import Summary  # noqa: E402
 from vibe.flags import Report  # noqa: E402
 from vibe.judge_probes import add_judge_flags, probe_judge  # noqa: E402
+
+SAMPLES = 4  # the judge's first raw answers, kept on the page: what it says when it does not grade
 
 
 def _interval(values: list[float]) -> dict:
@@ -66,8 +69,15 @@ def run(model: str, n_items: int, seed: int, timeout_s: float) -> dict:
         import os
 
         os.environ["SWARM_JUDGE_ADMIN_TOKEN"] = server.token
-        judge = LLMJudge(JudgeConfig(swarm_url=server.url, model=model, timeout_s=timeout_s, retries=0,
-                                     fallback="exclude"))
+        cfg = JudgeConfig(swarm_url=server.url, model=model, timeout_s=timeout_s, retries=0, fallback="exclude")
+        answers: list[str] = []
+        endpoint = swarm_chat(cfg)
+
+        def recorded(messages: list[dict[str, str]]) -> str:
+            answers.append(endpoint(messages))
+            return answers[-1]
+
+        judge = LLMJudge(cfg, chat=recorded)
         t0 = time.monotonic()
         pairs = [(it.prompt, it.answer) for it in items]
         honest = [_grade(judge, p, h) for p, h in pairs]
@@ -82,6 +92,7 @@ def run(model: str, n_items: int, seed: int, timeout_s: float) -> dict:
     return {
         "model": model, "items": n_items, "seed": seed, "seconds": round(seconds, 1),
         "judge_counts": judge.counts,
+        "answers_sample": answers[:SAMPLES],
         "honest_graded": sum(h is not None for h in honest),
         "honest_mean": _interval([h for h in honest if h is not None]),
         "honest_minus_wrong": _interval(discrimination),
@@ -118,7 +129,9 @@ def page(r: dict) -> str:
     for p in r["probes"]:
         lines.append(f"| {p['probe']} | {p['graded']} of {p['graded'] + p['ungraded']} | {_fmt(p['gain'])} | "
                      f"{p['wins']} | {'yes' if p['flagged'] else 'no'} |")
-    lines += ["", f"Flags: {', '.join(r['flags']) or 'none'}.", ""]
+    lines += ["", f"Flags: {', '.join(r['flags']) or 'none'}.", "", "The judge's first answers, verbatim:", ""]
+    lines += [f"- {a!r}" for a in r["answers_sample"]]
+    lines.append("")
     return "\n".join(lines)
 
 

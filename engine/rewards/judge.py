@@ -31,7 +31,8 @@ from engine.rewards.judge_cache import JudgeCache, grade_key
 from engine.rewards.judge_config import Fallback, JudgeConfig
 from engine.rewards.judge_score import ScoreUnparseable, judge_messages, normalise, parse_score
 
-__all__ = ["JUDGE_TASK_ID", "JudgeMisconfigured", "JudgeUnavailable", "JudgeVerdict", "LLMJudge"]
+__all__ = ["JUDGE_TASK_ID", "ChatFn", "JudgeMisconfigured", "JudgeUnavailable", "JudgeVerdict", "LLMJudge", "openai_chat",
+           "swarm_chat"]
 
 # The task id of the judge's eval episodes on a swarm server (visible in its status and logs).
 JUDGE_TASK_ID = "llm-judge"
@@ -57,7 +58,8 @@ class JudgeVerdict:
     error: str | None = None  # the last failure, for a fallback
 
 
-def _openai_chat(cfg: JudgeConfig) -> ChatFn:
+def openai_chat(cfg: JudgeConfig) -> ChatFn:
+    """The judge's call to an OpenAI-compatible endpoint (cfg.base_url)."""
     import openai
 
     client = openai.OpenAI(base_url=cfg.base_url, api_key=cfg.secret(), timeout=cfg.timeout_s, max_retries=0)
@@ -70,7 +72,8 @@ def _openai_chat(cfg: JudgeConfig) -> ChatFn:
     return chat
 
 
-def _swarm_chat(cfg: JudgeConfig) -> ChatFn:
+def swarm_chat(cfg: JudgeConfig) -> ChatFn:
+    """The judge's call to a swarm server (cfg.swarm_url), as an eval episode aborted after the answer."""
     from engine.client import SwarmClient
 
     client = SwarmClient(cfg.swarm_url, admin_token=cfg.secret(), client_id="llm-judge", timeout=cfg.timeout_s)
@@ -99,7 +102,7 @@ class LLMJudge:
 
     def __init__(self, cfg: JudgeConfig, chat: ChatFn | None = None, cache: JudgeCache | None = None) -> None:
         self.cfg = cfg
-        self._chat = chat or (_openai_chat(cfg) if cfg.base_url is not None else _swarm_chat(cfg))
+        self._chat = chat or (openai_chat(cfg) if cfg.base_url is not None else swarm_chat(cfg))
         self.cache = cache if cache is not None else JudgeCache(cfg.cache_path)
         self._lock = threading.Lock()
         self.counts = {"graded": 0, "cache_hits": 0, "calls": 0, "fallbacks": 0, "excluded": 0}

@@ -29,6 +29,13 @@ def _texts(episode: dict) -> str:
     return "\n".join(b["text"] for t in episode["timelines"] for b in t["blocks"])
 
 
+def _judge_free(episode: dict, rubric: str) -> bool:
+    """The episode holds the policy's call alone: one timeline with the task's prompt, no judge prompt."""
+    text = _texts(episode)
+    return (len(episode["timelines"]) == 1 and "Summarise this text in one sentence." in text
+            and rubric not in text and "<reply>" not in text)
+
+
 def _judge(url: str, **fields) -> LLMJudge:
     return LLMJudge(JudgeConfig(swarm_url=url, model="tiny", parse=ParseMode.LABELLED, max_tokens=6, timeout_s=120,
                                 retries=0, **fields))
@@ -48,10 +55,7 @@ def test_judge_calls_never_enter_the_trainable_pool(live_server, monkeypatch):
     assert res.failures == [] and res.rewards == [0.5, 0.5]
     assert judge.counts["calls"] == 2 and judge.counts["fallbacks"] == 2
     pool = _pool(pc)
-    assert len(pool) == 2 and all(len(e["timelines"]) == 1 for e in pool)
-    for e in pool:
-        text = _texts(e)
-        assert "Summarise this text in one sentence." in text and judge.cfg.rubric not in text and "<reply>" not in text
+    assert len(pool) == 2 and all(_judge_free(e, judge.cfg.rubric) for e in pool)
     # the judge server trained on nothing: its calls were eval episodes, aborted after the answer
     assert _pool(jc) == [] and jc.status()["episode_counts"].get("aborted") == 2
 
@@ -65,6 +69,25 @@ def test_judge_calls_never_enter_the_trainable_pool(live_server, monkeypatch):
     after = _pool(pc)
     assert sorted(e["episode_id"] for e in after) == sorted(e["episode_id"] for e in pool)
     assert all(e["task_id"] != JUDGE_TASK_ID for e in after)
+
+    # 3. the check can fail: a planted leaky judge that grades through the policy episode's own key is
+    #    recorded in that episode, and _judge_free says so
+    def leaky(ep, it):
+        llm = ep.openai(max_retries=0)
+
+        def chat(messages):
+            out = llm.chat.completions.create(model=ep.model, messages=messages, max_tokens=6, temperature=0.0)
+            return out.choices[0].message.content or ""
+
+        cfg = JudgeConfig(swarm_url=policy.url, model="tiny", parse=ParseMode.LABELLED, retries=0,
+                          fallback="default", default_score=0.5)
+        return Summary(LLMJudge(cfg, chat=chat)).run(llm, ep.model, it, SAMPLING)
+
+    res = run_episodes(pc, items[:1], leaky, task_id=lambda it: "leaky:" + it.id, concurrency=1, retries=0,
+                       show_progress=False)
+    assert res.rewards == [0.5]
+    leaked = [e for e in _pool(pc) if e["task_id"].startswith("leaky:")]
+    assert len(leaked) == 1 and not _judge_free(leaked[0], judge.cfg.rubric)
 
 
 def test_summary_is_a_built_in_task_that_names_its_missing_judge(monkeypatch):
