@@ -129,7 +129,15 @@ def page(r: dict) -> str:
     for p in r["probes"]:
         lines.append(f"| {p['probe']} | {p['graded']} of {p['graded'] + p['ungraded']} | {_fmt(p['gain'])} | "
                      f"{p['wins']} | {'yes' if p['flagged'] else 'no'} |")
-    lines += ["", f"Flags: {', '.join(r['flags']) or 'none'}.", "", "The judge's first answers, verbatim:", ""]
+    lines += ["", f"Flags: {', '.join(r['flags']) or 'none'}.", ""]
+    if r["honest_graded"] == 0:
+        lines += [f"Result: {r['model']} gave no readable grade on any of its {r['judge_counts']['calls']} calls. It does "
+                  "not follow the grading instruction: it restates the rubric or writes a summary itself (its answers "
+                  "below). As a judge it would turn every reward into the fallback, and the probes can say nothing "
+                  "about a judge that does not grade, so they warn (`judge_ungraded`) rather than pass it. That the "
+                  "probes catch a judge that does grade but pays for a hack is shown by planted gullible judges in "
+                  "`tests/vibe/test_judge_probes.py`, not by this page.", ""]
+    lines += ["The judge's first answers, verbatim:", ""]
     lines += [f"- {a!r}" for a in r["answers_sample"]]
     lines.append("")
     return "\n".join(lines)
@@ -142,13 +150,17 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=HELD_OUT_SEED)
     ap.add_argument("--timeout-s", type=float, default=120.0)
     ap.add_argument("--out", type=Path, default=None, help="write OUT.json and OUT.md")
+    ap.add_argument("--report-only", action="store_true", help="rewrite OUT.md from OUT.json, judging nothing")
     a = ap.parse_args()
-    r = run(a.model, a.items, a.seed, a.timeout_s)
+    if a.report_only and a.out is None:
+        ap.error("--report-only needs --out")
+    r = json.loads(a.out.with_suffix(".json").read_text()) if a.report_only else run(a.model, a.items, a.seed, a.timeout_s)
     text = page(r)
     print(text)
     if a.out:
         a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.with_suffix(".json").write_text(json.dumps(r, indent=2) + "\n")
+        if not a.report_only:
+            a.out.with_suffix(".json").write_text(json.dumps(r, indent=2) + "\n")
         a.out.with_suffix(".md").write_text(text)
 
 

@@ -101,3 +101,12 @@ def test_summary_is_a_built_in_task_that_names_its_missing_judge(monkeypatch):
     assert items == task.dataset(50, seed=1)
     with pytest.raises(ConfigError, match="SWARM_JUDGE_SWARM_URL"):
         _ = task.judge
+
+
+def test_the_documented_summary_job_is_valid():
+    from pathlib import Path
+
+    from engine.jobs import TrainJob
+
+    job = TrainJob.from_yaml(Path(__file__).resolve().parents[3] / "docs" / "jobs" / "summary.yaml")
+    assert job.task == "summary"
