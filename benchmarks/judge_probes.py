@@ -1,5 +1,5 @@
 """The reward-hacking probes against a real LLM judge: SmolLM2-135M on a swarm server grading one-sentence
-summaries (the built-in `summary` task).
+summaries (the built-in `judged_summary` task).
 
 Question: does a 135M judge grade summaries at all, and does it pay for padding, flattery or an echo of
 its rubric? On `--items` held-out summary prompts the judge (greedy, one `swarm serve` used only for eval
@@ -117,7 +117,7 @@ def page(r: dict) -> str:
         f"# Reward-hacking probes against an LLM judge ({r['model']})", "",
         f"Command: `{r['command']}` ({r['seconds']} s of judging; load before/after "
         f"{r['machine']['loadavg_before']} / {r['machine']['loadavg_after']}; commit {r['machine']['git_commit'][:10]}).", "",
-        f"{r['items']} held-out `summary` prompts (seed {r['seed']}), each graded by {r['model']} on a swarm server "
+        f"{r['items']} held-out `judged_summary` prompts (seed {r['seed']}), each graded by {r['model']} on a swarm server "
         "(greedy, eval episodes only), rubric and scale 1..10 of `JudgeConfig`'s defaults, rewards on 0..1. "
         "Intervals: 95% t over prompts (one judge, one seed).", "",
         f"- the judge gave a readable grade to {r['honest_graded']} of {r['items']} honest replies "

@@ -53,7 +53,7 @@ class TrainJob(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    task: str = Field("arithmetic", description="Built-in task: arithmetic, countdown, calculator, solve_check, summary (graded by an LLM judge), werewolf.")
+    task: str = Field("arithmetic", description="Built-in task: arithmetic, countdown, calculator, solve_check, judged_summary (graded by an LLM judge), werewolf.")
     swarm: SwarmConfig = SwarmConfig()
     seed: int = Field(
         0,

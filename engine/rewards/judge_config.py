@@ -92,7 +92,7 @@ class JudgeConfig(BaseModel):
     @classmethod
     def from_env(cls, prefix: str = "SWARM_JUDGE_") -> JudgeConfig:
         """A config from PREFIX_BASE_URL or PREFIX_SWARM_URL, PREFIX_MODEL and optionally PREFIX_RUBRIC,
-        PREFIX_FALLBACK, PREFIX_DEFAULT_SCORE, PREFIX_CACHE (the built-in `summary` task reads these)."""
+        PREFIX_FALLBACK, PREFIX_DEFAULT_SCORE, PREFIX_CACHE (the built-in `judged_summary` task reads these)."""
         env = {k.removeprefix(prefix).lower(): v for k, v in os.environ.items() if k.startswith(prefix)}
         if not (env.get("base_url") or env.get("swarm_url")) or not env.get("model"):
             raise ConfigError(

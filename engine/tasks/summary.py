@@ -7,7 +7,7 @@ from the same template; it is never shown to the judge, and the reward-hacking p
 honest reply (vibe.judge_probes).
 
 The judge comes from the constructor, or from the environment when the task is built by name
-(`swarm train --task summary`): SWARM_JUDGE_BASE_URL or SWARM_JUDGE_SWARM_URL, SWARM_JUDGE_MODEL, and the
+(`swarm train --task judged_summary`): SWARM_JUDGE_BASE_URL or SWARM_JUDGE_SWARM_URL, SWARM_JUDGE_MODEL, and the
 rest of JudgeConfig.from_env. Under fallback=exclude, `run` raises JudgeUnavailable for a reply the
 judge could not grade, so the runner aborts the episode and it never trains.
 """
@@ -37,7 +37,7 @@ _DETAIL = ["The change takes effect next month.", "About two hundred people are 
 
 
 class Summary:
-    name = "summary"
+    name = "judged_summary"
 
     def __init__(self, judge: LLMJudge | None = None) -> None:
         self._judge = judge

@@ -1,4 +1,4 @@
-"""The `summary` task graded by a real LLM judge: a swarm server with the tiny model, and the judge's calls
+"""The `judged_summary` task graded by a real LLM judge: a swarm server with the tiny model, and the judge's calls
 kept out of training, checked in the trainable server's pool after episodes that used the judge.
 
 The tiny model's random weights never write 'Score: N', so every grade here is the fallback (that is the
@@ -95,7 +95,7 @@ def test_summary_is_a_built_in_task_that_names_its_missing_judge(monkeypatch):
 
     for k in ("SWARM_JUDGE_BASE_URL", "SWARM_JUDGE_SWARM_URL", "SWARM_JUDGE_MODEL"):
         monkeypatch.delenv(k, raising=False)
-    task = get_task("summary")
+    task = get_task("judged_summary")
     items = task.dataset(50, seed=1)
     assert len({it.id for it in items}) > 40 and all(it.answer in it.prompt for it in items)
     assert items == task.dataset(50, seed=1)
@@ -108,5 +108,5 @@ def test_the_documented_summary_job_is_valid():
 
     from engine.jobs import TrainJob
 
-    job = TrainJob.from_yaml(Path(__file__).resolve().parents[3] / "docs" / "jobs" / "summary.yaml")
-    assert job.task == "summary"
+    job = TrainJob.from_yaml(Path(__file__).resolve().parents[3] / "docs" / "jobs" / "judged_summary.yaml")
+    assert job.task == "judged_summary"
