@@ -40,7 +40,7 @@ from a3r.analysis import fmt  # noqa: E402
 from a3r.analysis.stats import seeds_for_effect  # noqa: E402
 from a3r.leader.costs import run_seconds  # noqa: E402
 from benchmarks.common import loadavg, machine_record  # noqa: E402
-from benchmarks.demo_sweep import PlannedRun, execute  # noqa: E402
+from benchmarks.goal_sweep import PlannedRun, execute  # noqa: E402
 from benchmarks.paired_seeds import sd_interval  # noqa: E402
 from benchmarks.run_cost import build_job  # noqa: E402
 from engine.training.metrics import read_eval_scores  # noqa: E402

@@ -43,10 +43,11 @@ if str(REPO) not in sys.path:
 
 from a3r.analysis import fmt  # noqa: E402
 from a3r.analysis.stats import paired_interval, welch_interval  # noqa: E402
-from a3r.leader.demo import DEMO_GOAL, DEMO_SETTINGS  # noqa: E402
+from a3r.leader.demo import DEMO_BUDGET, DEMO_GOAL, DEMO_SETTINGS  # noqa: E402
+from a3r.leader.design import ResearchBudget  # noqa: E402
 from a3r.leader.goals import parse_goal  # noqa: E402
 from benchmarks.common import loadavg, machine_record  # noqa: E402
-from benchmarks.demo_sweep import base_job, execute, observations, plan  # noqa: E402
+from benchmarks.goal_sweep import base_job, execute, observations, plan  # noqa: E402
 
 
 def sd_interval(sd: float, df: float, level: float = 0.95) -> tuple[float, float]:
@@ -110,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     goal = parse_goal(DEMO_GOAL)
     base = base_job((*DEMO_SETTINGS, *args.settings))
-    runs = plan(goal, base, args.steps, sorted(args.seeds), args.runs)
+    runs = plan(goal, base, args.steps, sorted(args.seeds), args.runs, ResearchBudget(**DEMO_BUDGET))
     xs = sorted({r.x for r in runs})
     if len(xs) != 2:
         raise SystemExit(f"the demo question has {len(xs)} arms here; this script compares exactly 2")

@@ -1,0 +1,716 @@
+"""The truth of an A3R goal by brute force: every arm the goal names, N seeds each, analysed like the campaign.
+
+`a3r research "<goal>"` answers a question in stages (calibration, grid, refinements, a confirmation on
+fresh seeds) within a budget. This script answers the same question without stages: it runs every value
+the campaign's first grid would test (`a3r.leader.design.grid(goal.factor, budget.grid_points)`: a named
+set exactly as named, a range at `grid_points` values; crossed with the secondary variable's levels when
+the goal has one) with every seed, sequentially, and decides once on all the runs with the project's own
+analysis (`a3r.analysis.analyse`, the campaign's `Question` at one look). Minimum/maximum, best, compare
+and effect goals all go through the same code; what differs is read off the analysis per level.
+
+The engine jobs are the leader's own (`a3r.leader.blueprints.train_job` over `DEFAULT_BASE_JOB` with the
+`--set` settings applied exactly as `a3r research --set` applies them), at the steps the campaign would run
+(the goal's own, else the budget's), and each run's seed is set at the top-level `seed` key, as the
+leader's blueprints do (`seed_path="seed"`). The sweep has no calibration stage, so the reference gain of a
+relative criterion is the reference arm's own seeds. Arms are compared unpaired (Welch), as a campaign
+does unless its exploration shows pairing narrows the intervals.
+
+What it does not do: refine. A campaign over a range may add values between the grid's; the sweep only
+knows the grid, and its comparison says so when the campaign's answer is a value the sweep did not run.
+
+Each run lives in `<runs>/<arm>-seed<seed>/` (the engine's `metrics.jsonl`, `summary.json`, and this
+script's `sweep_run.json`: the job it ran and its wall time). A run whose `summary.json` exists is reused,
+after checking it ran the job planned now; an unfinished run dir is cleared and run again, so an
+interrupted sweep resumes by running the same command. `--dry-run` prints the arms, the jobs, the runs and
+the CPU time the leader's cost model (`a3r.leader.costs.run_seconds`) expects, and runs nothing.
+
+    .venv/bin/python benchmarks/goal_sweep.py "Does batch size 2 or 8 train arithmetic better in 8 steps?" \\
+        --set swarm.training.lr=1e-5 --seeds 0 1 2 3 4 5 --out docs/benchmarks/goal_compare_bs
+
+Compare with a finished campaign of the same goal (its report JSON; finished runs are reused):
+
+    ... --campaign-report reports/<campaign>/report.json
+
+A campaign's answer matches the sweep's when both name the same value, or when the campaign cannot tell
+and neither can the sweep (its intervals include the tie).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shlex
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from a3r.analysis import Evidence, Interval, LevelEvidence, Question, RunObs, analyse, fmt  # noqa: E402
+from a3r.blueprints import deep_merge  # noqa: E402
+from a3r.leader.blueprints import train_job  # noqa: E402
+from a3r.leader.cli_commands import _base_job, _budget_overrides  # noqa: E402
+from a3r.leader.costs import run_seconds  # noqa: E402
+from a3r.leader.design import Arm, ResearchBudget, arm_label, grid  # noqa: E402
+from a3r.leader.goals import Goal, parse_goal  # noqa: E402
+from a3r.leader.knobs import set_dotted  # noqa: E402
+from a3r.report import eval_items_of, question_of  # noqa: E402
+from a3r.worker.metrics import parse_metric_bytes  # noqa: E402
+from benchmarks.common import loadavg, machine_record  # noqa: E402
+from engine.jobs import TrainJob  # noqa: E402
+from engine.launch import train  # noqa: E402
+
+SEED_PATH = "seed"  # where the leader's blueprints put each run's seed (stage_blueprints: seed_path="seed")
+RUN_RECORD = "sweep_run.json"
+THRESHOLD_SHAPES = ("minimum", "maximum")
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    x: Any
+    seed: int
+    label: str
+    job: dict[str, Any]
+    run_dir: Path
+    level: Any = None  # the secondary variable's value, None without one
+
+    @property
+    def done(self) -> bool:
+        return (self.run_dir / "summary.json").exists()
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A fixed question with its own defaults (`benchmarks/demo_sweep.py` is the demo's)."""
+
+    goal: str
+    settings: tuple[str, ...] = ()
+    budget: dict[str, Any] = field(default_factory=dict)
+    out: str = "docs/benchmarks/goal_sweep"
+    runs: str = "runs/goal_sweep"
+    script: str = "benchmarks/goal_sweep.py"
+    report_hint: str = "reports/<campaign>/report.json"
+
+
+# -- the jobs, built like the campaign's ----------------------------------------------------------------
+def base_job(settings: tuple[str, ...] | list[str]) -> dict[str, Any]:
+    """The leader's base job with KEY=VALUE settings applied as `a3r research --set` applies them (the same
+    function: values parsed alike, and an invalid job refused with the same message)."""
+    return _base_job(argparse.Namespace(model=None, set=list(settings)))
+
+
+def research_budget(preset: dict[str, Any], overrides: list[str]) -> ResearchBudget:
+    """The campaign's budget: `a3r research`'s defaults (ResearchBudget's), the preset's fields, then
+    `--budget KEY=VALUE` items as `a3r research --budget` reads them."""
+    return ResearchBudget(**{**preset, **_budget_overrides(overrides)})
+
+
+def with_seed(job: dict[str, Any], seed: int) -> dict[str, Any]:
+    """A copy of `job` with `seed` at SEED_PATH (what `Blueprint.effective_config(seed)` does)."""
+    out = deep_merge(job, {})
+    set_dotted(out, SEED_PATH, seed)
+    return out
+
+
+def sweep_arms(goal: Goal, budget: ResearchBudget) -> list[tuple[Any, Any]]:
+    """(level, x) of every arm: the campaign's first grid of the studied variable, at every level of the
+    secondary variable (None without one), level-major as the leader orders them."""
+    levels = [None] if goal.secondary is None else grid(goal.secondary, budget.secondary_levels)
+    return [(lv, x) for lv in levels for x in grid(goal.factor, budget.grid_points)]
+
+
+def run_dir_name(label: str, seed: int) -> str:
+    """`bs=2` seed 0 -> `bs2-seed0`; characters a path should not hold become `_`."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", label.replace("=", "")) + f"-seed{seed}"
+
+
+def plan(
+    goal: Goal,
+    base: dict[str, Any],
+    steps: int,
+    seeds: list[int],
+    runs_root: Path,
+    budget: ResearchBudget | None = None,
+) -> list[PlannedRun]:
+    """Every (arm, seed) run, seed-major so that an interrupted sweep has every arm equally seeded."""
+    arms = sweep_arms(goal, budget or ResearchBudget())
+    jobs = {
+        (lv, x): train_job(goal, Arm(x=x, level=lv, seeds=seeds, why="sweep"), steps, base) for lv, x in arms
+    }
+    out = []
+    for seed in seeds:
+        for lv, x in arms:
+            label = arm_label(goal, x, lv)
+            job = with_seed(jobs[(lv, x)], seed)
+            out.append(PlannedRun(x, seed, label, job, runs_root / run_dir_name(label, seed), lv))
+    return out
+
+
+def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested dicts as dotted keys: {"a": {"b": 1}} -> {"a.b": 1}."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def split_settings(
+    jobs: list[dict[str, Any]], defaults: dict[str, Any]
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Dotted settings of the jobs (seed left out): those equal in every job and not at the default, and
+    for each job the values of the settings that vary between the jobs."""
+    flat = [{k: v for k, v in flatten(j).items() if k != SEED_PATH} for j in jobs]
+    d = flatten(defaults)
+    varying = [k for k in flat[0] if any(f.get(k) != flat[0][k] for f in flat)]
+    common = {k: v for k, v in flat[0].items() if k not in varying and d.get(k, object()) != v}
+    return common, [{k: f.get(k) for k in varying} for f in flat]
+
+
+def expected_seconds(runs: list[PlannedRun]) -> dict[str, float | None]:
+    """The leader's prior cost (`run_seconds`) of every run and of those still to run; None without a
+    prior for the model."""
+    per = [run_seconds(r.job, int(r.job["swarm"]["training"]["max_steps"])) for r in runs]
+    if any(s is None for s in per):
+        return {"all_s": None, "to_run_s": None}
+    return {"all_s": sum(per), "to_run_s": sum(s for s, r in zip(per, runs, strict=True) if not r.done)}
+
+
+# -- running ----------------------------------------------------------------------------------------------
+def read_record(run: PlannedRun) -> dict[str, Any]:
+    path = run.run_dir / RUN_RECORD
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _effective(job: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The job with the engine's current defaults filled in: a field the engine added since the run was
+    recorded (at its default) is the same job, not another one."""
+    return None if job is None else TrainJob.model_validate(job).model_dump(mode="json")
+
+
+def execute(run: PlannedRun) -> float | None:
+    """Run it unless finished (then check that it ran this job); the run's wall seconds."""
+    if run.done:
+        record = read_record(run)
+        if _effective(record.get("job")) != _effective(run.job):
+            raise SystemExit(
+                f"{run.run_dir} holds a finished run of another job than the one planned now (the settings "
+                "changed?); delete it or pass another --runs"
+            )
+        return record.get("wall_s")
+    shutil.rmtree(run.run_dir, ignore_errors=True)  # an unfinished run's partial metrics would mix in
+    run.run_dir.mkdir(parents=True)
+    record = {"label": run.label, "seed": run.seed, "job": run.job, "wall_s": None}
+    (run.run_dir / RUN_RECORD).write_text(json.dumps(record, indent=2))
+    t0 = time.perf_counter()
+    train(TrainJob.model_validate(run.job), run.run_dir)
+    record["wall_s"] = time.perf_counter() - t0
+    (run.run_dir / RUN_RECORD).write_text(json.dumps(record, indent=2))
+    return record["wall_s"]
+
+
+# -- analysis -----------------------------------------------------------------------------------------------
+def series_from_bytes(data: bytes, metric: str) -> tuple[tuple[int, float | None], ...]:
+    """(step, value) of `metric` in a metrics.jsonl, parsed as the A3R worker parses it; the first value
+    of a repeated step wins, as in the store."""
+    out: dict[int, float | None] = {}
+    for step, name, value in parse_metric_bytes(data, final=True).points:
+        if name == metric:
+            out.setdefault(step, value)
+    return tuple(sorted(out.items()))
+
+
+def observations(runs: list[PlannedRun], metric: str) -> list[RunObs]:
+    return [
+        RunObs(
+            run_id=i,
+            stage=1,
+            seed=r.seed,
+            x=r.x,
+            level=r.level,
+            label=r.label,
+            state="succeeded",
+            series=series_from_bytes((r.run_dir / "metrics.jsonl").read_bytes(), metric),
+        )
+        for i, r in enumerate(runs, start=1)
+    ]
+
+
+def sweep_question(goal: Goal, budget: ResearchBudget, base: dict[str, Any]) -> Question:
+    """The campaign's question (criterion, alpha, min_seeds, eval noise floor) decided at a single look."""
+    return replace(question_of(goal, budget, eval_items_of(base)), looks=1)
+
+
+def level_answer(le: LevelEvidence) -> dict[str, Any]:
+    """One level's answer as data: `value` is the answer only when it is conclusive (else None: cannot
+    tell); `leader` is what the answer would be (the best arm, the threshold's candidate, the compared
+    winner or the higher-scoring side) whether or not the runs separate it."""
+    value, leader = None, None
+    if le.threshold is not None:
+        th = le.threshold
+        leader = th.answer.x if th.answer is not None else None
+        value = leader if th.conclusive else None
+    elif le.compare is not None:
+        c = le.compare
+        leader = c.winner.x if c.winner else (c.a if c.diff.mean >= 0 else c.b).x
+        value = c.winner.x if c.winner else None
+    elif le.effect is not None:
+        leader = le.effect.direction
+        value = leader if le.effect.conclusive else None
+    elif le.best is not None and le.best.best is not None:
+        leader = le.best.best.x
+        value = leader if le.best.conclusive else None
+    return {
+        "level": le.level,
+        "value": value,
+        "leader": leader,
+        "conclusive": le.conclusive,
+        "verdict": le.verdict,
+    }
+
+
+def arm_status(le: LevelEvidence) -> dict[str, str]:
+    """Arm label -> its label in the answer: pass/fail/uncertain (threshold), best/tied/dominated (best),
+    winner/tie (compare); '' where the shape labels none."""
+    if le.threshold is not None:
+        return dict(le.threshold.status)
+    if le.compare is not None:
+        c = le.compare
+        if c.winner is None:
+            return {c.a.label: "tie", c.b.label: "tie"}
+        loser = c.b if c.winner is c.a else c.a
+        return {c.winner.label: "better", loser.label: "worse"}
+    if le.best is not None and le.best.best is not None:
+        b = le.best
+        return {
+            b.best.label: "best",
+            **{a.label: "tied" for a in b.tied},
+            **{a.label: "dominated" for a in b.dominated},
+        }
+    return {}
+
+
+def arm_test(le: LevelEvidence, label: str) -> Interval | None:
+    """The interval the arm's label was read from: its test against the criterion (threshold), the best's
+    lead over it (best), the difference a - b (compare)."""
+    if le.threshold is not None:
+        return le.threshold.tests.get(label)
+    if le.compare is not None:
+        return le.compare.diff
+    if le.best is not None:
+        return le.best.diffs.get(label)
+    return None
+
+
+def run_rows(runs: list[PlannedRun], obs: list[RunObs], q: Question, walls: list[float | None]) -> list[dict]:
+    rows = []
+    for r, o, wall in zip(runs, obs, walls, strict=True):
+        s = o.score()
+        row = {
+            "arm": r.label,
+            "x": r.x,
+            "level": r.level,
+            "seed": r.seed,
+            "run_dir": str(r.run_dir),
+            "wall_s": wall,
+        }
+        if s is not None:
+            score = s.get(q.statistic)
+            row |= {"step0": s.initial, "final": score, "gain": score - s.initial, "last_step": s.last_step}
+        rows.append(row)
+    return rows
+
+
+def arm_rows(ev: Evidence) -> list[dict]:
+    rows = []
+    for le in ev.levels:
+        status = arm_status(le)
+        for a in le.arms:
+            test = arm_test(le, a.label)
+            rows.append(
+                {
+                    "arm": a.label,
+                    "x": a.x,
+                    "level": a.level,
+                    "n": a.n,
+                    "score": a.interval.as_dict(),
+                    "step0_mean": a.initial,
+                    "gain": a.gain_interval.as_dict() if a.gain_interval else None,
+                    "trained": a.trained,
+                    "status": status.get(a.label, ""),
+                    "test": test.as_dict() if test is not None else None,
+                }
+            )
+    return rows
+
+
+def criteria(ev: Evidence) -> list[dict[str, Any]]:
+    """The threshold criterion on the gain scale per level (empty for other shapes)."""
+    return [
+        {"level": le.level, **le.threshold.criterion.as_dict()}
+        for le in ev.levels
+        if le.threshold is not None
+    ]
+
+
+# -- the campaign's answer ----------------------------------------------------------------------------------
+def campaign_answers(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per level, the campaign's answer from its report JSON (`a3r.report.render.report_summary`): the
+    value only when that level is conclusive and the campaign as a whole is (a campaign still waiting for
+    its confirmation is not), else None (cannot tell)."""
+    whole = bool(report.get("conclusive", False))
+    out = []
+    for le in report.get("levels", []):
+        conclusive = bool(le.get("conclusive")) and whole
+        out.append(
+            {
+                "level": le.get("level"),
+                "value": le.get("answer") if conclusive else None,
+                "conclusive": conclusive,
+                "verdict": le.get("verdict", ""),
+            }
+        )
+    return out
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+        return float(a) == float(b)
+    return a == b
+
+
+def agreement(sweep: dict[str, Any], campaign: dict[str, Any] | None) -> dict[str, Any]:
+    """How one level's campaign answer relates to the sweep's:
+    - match: the same value, or both cannot tell (the sweep's intervals include the tie);
+    - cannot tell, sweep answers: the campaign missed an answer the sweep found (not wrong, underpowered);
+    - answers, sweep cannot tell: the campaign claimed what the sweep does not support;
+    - different answer: both conclusive, different values (a wrong answer by the sweep's account);
+    - not run: the campaign has no such level."""
+    if campaign is None:
+        return {"outcome": "not run", "match": False}
+    ours, theirs = sweep["value"], campaign["value"]
+    if theirs is None and ours is None:
+        outcome = "match"
+    elif theirs is None:
+        outcome = "cannot tell, sweep answers"
+    elif ours is None:
+        outcome = "answers, sweep cannot tell"
+    else:
+        outcome = "match" if _same(theirs, ours) else "different answer"
+    return {"outcome": outcome, "match": outcome == "match"}
+
+
+def compare_campaign(path: Path, sweep_levels: list[dict[str, Any]]) -> dict[str, Any]:
+    """The campaign report's answer beside the sweep's, level by level."""
+    report = json.loads(path.read_text())
+    theirs = {_key(le["level"]): le for le in campaign_answers(report)}
+    levels = []
+    for ours in sweep_levels:
+        camp = theirs.get(_key(ours["level"]))
+        levels.append(
+            {"level": ours["level"], "sweep": ours["value"], "campaign": camp, **agreement(ours, camp)}
+        )
+    return {
+        "report": str(path),
+        "answer_text": report.get("answer"),
+        "levels": levels,
+        "match": bool(levels) and all(le["match"] for le in levels),
+    }
+
+
+def _key(level: Any) -> Any:
+    """Levels read back from JSON compare as numbers where they are numbers (4 == 4.0)."""
+    return float(level) if isinstance(level, (int, float)) and not isinstance(level, bool) else level
+
+
+# -- outputs ------------------------------------------------------------------------------------------------
+def _iv(d: dict | None) -> str:
+    if d is None or d["lo"] is None:
+        return f"{fmt(d['mean'])} (no interval)" if d else "n/a"
+    return f"{fmt(d['mean'])} [{fmt(d['lo'])}, {fmt(d['hi'])}]"
+
+
+def _value(v: Any) -> str:
+    return "cannot tell" if v is None else fmt(v)
+
+
+def agreement_md(cmp: dict[str, Any] | None, command: str) -> list[str]:
+    if cmp is None:
+        return [
+            "Not compared yet: run the campaign (`a3r research` with the same goal, --set settings and budget), "
+            f"then rerun `{command}` with `--campaign-report reports/<campaign>/report.json` (finished runs are "
+            "reused).",
+        ]
+    lines = [
+        f"Campaign report `{cmp['report']}` answers:",
+        "",
+        f"> {cmp['answer_text'] or '(no answer text)'}",
+        "",
+    ]
+    for le in cmp["levels"]:
+        where = "" if le["level"] is None else f"At level {fmt(le['level'])}: "
+        camp = le["campaign"]["value"] if le["campaign"] else None
+        lines.append(f"- {where}campaign {_value(camp)}, sweep {_value(le['sweep'])}: **{le['outcome']}**.")
+    lines += ["", f"**{'Match' if cmp['match'] else 'No match'}.**"]
+    return lines
+
+
+def write_md(path: Path, result: dict[str, Any]) -> None:
+    m, cfg = result["machine"], result["config"]
+    threshold = cfg["question"]["shape"] in THRESHOLD_SHAPES
+    lines = [
+        f"# {cfg['title']}",
+        "",
+        f"Goal: *{cfg['goal']}* ({cfg['question']['shape']} of {cfg['variable']}). Every arm of the campaign's "
+        f"first grid, seeds {cfg['seeds']}, {cfg['steps']} steps each (where the arm does not set its own), with "
+        f"the jobs `a3r research` builds; analysed by `a3r.analysis.analyse` at one look (confidence level "
+        f"{fmt(cfg['question']['level'])}, {cfg['question']['eval_items']} held-out items, unpaired).",
+        "",
+        "```",
+        result["command"],
+        "```",
+        "",
+        f"Machine: {m['processor'] or m['platform']}, {m['cpu_count']} CPUs, torch {m['torch']}, commit "
+        f"`{m['git_commit'][:12]}`{' (dirty)' if m['git_dirty'] else ''}; load average "
+        f"{m['loadavg_before'][0]:.2f} before, {m['loadavg_after'][0]:.2f} after. The runs took "
+        f"{result['runs_wall_s'] / 60:.1f} min in all (sum of per-run wall times; one run at a time); the cost "
+        f"model expected {_minutes(result['expected_s']['all_s'])}.",
+        "",
+        f"| arm | n | step-0 {cfg['question']['metric']} | {cfg['question']['statistic']} score | gain | trains "
+        f"| label | {'test against the criterion' if threshold else 'interval the label is read from'} |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {a['arm']} | {a['n']} | {fmt(a['step0_mean'])} | {_iv(a['score'])} | {_iv(a['gain'])} | "
+        f"{'yes' if a['trained'] else 'no'} | {a['status']} | {_iv(a['test'])} |"
+        for a in result["arms"]
+    ]
+    lines.append("")
+    if threshold:
+        lines += [
+            f"Criterion (fixed before any run): an arm {cfg['criterion']}"
+            + "".join(f"; on the gain scale {_iv(c)}" for c in result["criterion"] if c["mean"])
+            + ".",
+            "",
+        ]
+    lines += [
+        "## Verdict",
+        "",
+        result["answer"]["text"],
+        "",
+        "## Does the campaign agree?",
+        "",
+        *agreement_md(result["campaign"], result["command"]),
+        "",
+    ]
+    path.write_text("\n".join(lines))
+
+
+def _minutes(s: float | None) -> str:
+    return "no estimate (no cost prior for this model)" if s is None else f"{s / 60:.1f} min"
+
+
+def write_png(path: Path, result: dict[str, Any]) -> None:
+    arms, cfg = result["arms"], result["config"]
+    threshold = cfg["question"]["shape"] in THRESHOLD_SHAPES
+    pos = {a["arm"]: i for i, a in enumerate(arms)}
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for r in result["runs"]:
+        if "final" in r:
+            i = pos[r["arm"]]
+            left.plot(
+                [i - 0.2, i + 0.2], [r["step0"], r["final"]], "o-", color=f"C{r['seed'] % 10}", alpha=0.8
+            )
+    for s in sorted({r["seed"] for r in result["runs"]}):
+        left.plot([], [], "o-", color=f"C{s % 10}", label=f"seed {s}")
+    left.set_title(f"held-out {cfg['question']['metric']}: step 0 (left) -> end (right), per run", fontsize=9)
+    left.legend(fontsize=7)
+    # thresholds are decided on the gain, best/compare on the score itself
+    key, row_key = ("gain", "gain") if threshold else ("score", "final")
+    for a in arms:
+        i, g = pos[a["arm"]], a[key]
+        if g["lo"] is not None:
+            right.errorbar(
+                i, g["mean"], yerr=[[g["mean"] - g["lo"]], [g["hi"] - g["mean"]]], fmt="s", capsize=6
+            )
+        else:
+            right.plot(i, g["mean"], "s")
+        values = [r[row_key] for r in result["runs"] if r["arm"] == a["arm"] and row_key in r]
+        right.plot([i + 0.12] * len(values), values, ".", color="grey")
+        right.annotate(a["status"], (i, g["mean"]), textcoords="offset points", xytext=(10, -3), fontsize=8)
+    if threshold:
+        right.axhline(0, color="black", lw=0.8)
+        for c in result["criterion"]:
+            right.axhline(c["mean"], color="C3", ls="--", lw=1, label="criterion (gain scale)")
+        right.legend(fontsize=8)
+    right.set_title(f"{key}: mean and {fmt(cfg['question']['level'])} t interval", fontsize=9)
+    for ax in (left, right):
+        ax.set_xticks(range(len(arms)), [a["arm"] for a in arms], fontsize=8)
+        ax.set_xlabel(cfg["variable"])
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+# -- main ---------------------------------------------------------------------------------------------------
+def print_plan(goal: Goal, q: Question, runs: list[PlannedRun]) -> None:
+    arms = {r.label: r.job for r in runs}  # one job per arm (seed aside), in grid order
+    common, per_arm = split_settings(list(arms.values()), TrainJob().model_dump(mode="json"))
+    print(f"goal: {goal.describe()}")
+    for a in goal.assumptions:
+        print(f"  assumption: {a}")
+    print(
+        f"question: {q.shape} {q.name}, {q.statistic} {q.metric}, {q.looks} look at level {fmt(q.level)}, "
+        f">= {q.min_seeds} seeds per label, {q.eval_items} held-out items"
+    )
+    if q.shape in THRESHOLD_SHAPES:
+        print(
+            f"criterion ({q.criterion_kind} {fmt(q.criterion_value)}): an arm {goal.criterion.describe(q.metric)}"
+        )
+    seeds = sorted({r.seed for r in runs})
+    print(f"arms: {', '.join(arms)} x seeds {seeds} = {len(runs)} runs")
+    print(
+        f"job settings that differ from the engine's TrainJob defaults, in every run ({SEED_PATH} = the run's seed):"
+    )
+    for key, value in common.items():
+        print(f"  {key} = {value!r}")
+    for label, settings in zip(arms, per_arm, strict=True):
+        print(f"  {label}: " + ", ".join(f"{k} = {v!r}" for k, v in settings.items()))
+    cost = expected_seconds(runs)
+    print("runs, in order (the cost model's seconds each, a3r.leader.costs.run_seconds):")
+    for r in runs:
+        s = run_seconds(r.job, int(r.job["swarm"]["training"]["max_steps"]))
+        eta = "no estimate" if s is None else f"~{s:.0f} s"
+        print(f"  {r.label:12} seed {r.seed}  {r.run_dir}  {eta}  {'done, reused' if r.done else 'to run'}")
+    if cost["all_s"] is not None:
+        print(
+            f"expected CPU time (one run at a time): {cost['all_s'] / 3600:.2f} h in all, "
+            f"{cost['to_run_s'] / 3600:.2f} h still to run"
+        )
+
+
+def build_parser(preset: Preset | None) -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    if preset is None:
+        ap.add_argument("goal", help="the goal sentence, as given to `a3r research`")
+    ap.add_argument(
+        "--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds per arm (>= 3 for a label)"
+    )
+    ap.add_argument(
+        "--set",
+        dest="settings",
+        action="append",
+        default=[],
+        metavar="KEY.PATH=VALUE",
+        help="TrainJob setting for every run, as `a3r research --set` (repeatable)",
+    )
+    ap.add_argument(
+        "--budget",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE[,KEY=VALUE]",
+        help="ResearchBudget fields, as `a3r research --budget` (steps, grid_points, alpha, min_seeds matter here)",
+    )
+    default_out = preset.out if preset else "docs/benchmarks/goal_sweep"
+    default_runs = preset.runs if preset else "runs/goal_sweep"
+    ap.add_argument("--out", default=default_out, help="writes OUT.json, OUT.md and OUT.png")
+    ap.add_argument("--runs", default=default_runs, help="run dirs go to RUNS/<arm>-seed<seed>/")
+    ap.add_argument(
+        "--dry-run", action="store_true", help="print the planned jobs, runs and CPU time; run nothing"
+    )
+    hint = preset.report_hint if preset else "reports/<campaign>/report.json"
+    ap.add_argument("--campaign-report", type=Path, help=f"a campaign's report JSON to compare with ({hint})")
+    return ap
+
+
+def main(argv: list[str] | None = None, preset: Preset | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(preset).parse_args(argv)
+    text = preset.goal if preset else args.goal
+    script = preset.script if preset else "benchmarks/goal_sweep.py"
+    settings = [*(preset.settings if preset else ()), *args.settings]
+    try:
+        goal = parse_goal(text)
+        budget = research_budget(preset.budget if preset else {}, args.budget)
+        base = base_job(settings)
+    except ValueError as e:
+        raise SystemExit(f"goal_sweep: {e}") from None
+    steps = goal.steps or budget.steps  # as the leader's effective_budget
+    q = sweep_question(goal, budget, base)
+    runs = plan(goal, base, steps, list(dict.fromkeys(args.seeds)), Path(args.runs), budget)
+    print_plan(goal, q, runs)
+    if args.dry_run:
+        return
+
+    load_before = loadavg()
+    expected = expected_seconds(runs)
+    walls = []
+    for k, r in enumerate(runs, start=1):
+        print(f"[{k}/{len(runs)}] {r.label} seed {r.seed}: {'reused' if r.done else 'training'}", flush=True)
+        walls.append(execute(r))
+
+    obs = observations(runs, q.metric)
+    ev = analyse(q, obs)
+    levels = [level_answer(le) for le in ev.levels]
+    answer = {"text": ev.answer, "conclusive": ev.conclusive, "levels": levels}
+    if len(levels) == 1:
+        answer["value"] = levels[0]["value"]
+    command = shlex.join([".venv/bin/python", script, *argv])
+    result = {
+        "benchmark": Path(script).stem,
+        "command": command,
+        "config": {
+            "title": f"{'Demo question' if preset else 'Goal'} by exhaustive sweep",
+            "goal": text,
+            "variable": goal.factor.name,
+            "settings": settings,
+            "budget": budget.model_dump(mode="json"),
+            "steps": steps,
+            "grid": list(dict.fromkeys(r.x for r in runs)),  # in the plan's (grid) order
+            "levels": list(dict.fromkeys(r.level for r in runs)),
+            "seeds": sorted({r.seed for r in runs}),
+            "question": {**asdict(q), "level": q.level},
+            "criterion": goal.criterion.describe(goal.metric),
+            "jobs": {r.label: {k: v for k, v in r.job.items() if k != SEED_PATH} for r in runs},
+        },
+        "runs": run_rows(runs, obs, q, walls),
+        "arms": arm_rows(ev),
+        "untrained": ev.untrained.as_dict() if ev.untrained else None,
+        "criterion": criteria(ev),
+        "answer": answer,
+        "campaign": compare_campaign(args.campaign_report, levels) if args.campaign_report else None,
+        "runs_wall_s": sum(w for w in walls if w is not None),
+        "expected_s": expected,
+        "machine": machine_record(load_before),
+    }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    Path(f"{out}.json").write_text(json.dumps(result, indent=2, default=str))
+    write_md(Path(f"{out}.md"), result)
+    write_png(Path(f"{out}.png"), result)
+    print(ev.answer)
+    if result["campaign"]:
+        c = result["campaign"]
+        print(
+            f"campaign: {c['answer_text']} ({'match' if c['match'] else 'no match'}: "
+            + "; ".join(le["outcome"] for le in c["levels"])
+            + ")"
+        )
+    print(f"wrote {out}.json, {out}.md, {out}.png")
+
+
+if __name__ == "__main__":
+    main()
