@@ -413,9 +413,14 @@ def agreement(sweep: dict[str, Any], campaign: dict[str, Any] | None) -> dict[st
     return {"outcome": outcome, "match": outcome == "match"}
 
 
-def compare_campaign(path: Path, sweep_levels: list[dict[str, Any]]) -> dict[str, Any]:
-    """The campaign report's answer beside the sweep's, level by level."""
+def compare_campaign(
+    path: Path, sweep_levels: list[dict[str, Any]], goal: str | None = None
+) -> dict[str, Any]:
+    """The campaign report's answer beside the sweep's, level by level. With `goal`, a report of another
+    goal is refused (ValueError): its answer says nothing about this question."""
     report = json.loads(path.read_text())
+    if goal is not None and report.get("goal") not in (None, goal):
+        raise ValueError(f"{path} answers another goal ({report['goal']!r}), not {goal!r}")
     theirs = {_key(le["level"]): le for le in campaign_answers(report)}
     levels = []
     for ours in sweep_levels:
@@ -668,6 +673,10 @@ def main(argv: list[str] | None = None, preset: Preset | None = None) -> None:
     answer = {"text": ev.answer, "conclusive": ev.conclusive, "levels": levels}
     if len(levels) == 1:
         answer["value"] = levels[0]["value"]
+    try:
+        campaign = compare_campaign(args.campaign_report, levels, text) if args.campaign_report else None
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"goal_sweep: --campaign-report: {e}") from None
     command = shlex.join([".venv/bin/python", script, *argv])
     result = {
         "benchmark": Path(script).stem,
@@ -691,7 +700,7 @@ def main(argv: list[str] | None = None, preset: Preset | None = None) -> None:
         "untrained": ev.untrained.as_dict() if ev.untrained else None,
         "criterion": criteria(ev),
         "answer": answer,
-        "campaign": compare_campaign(args.campaign_report, levels) if args.campaign_report else None,
+        "campaign": campaign,
         "runs_wall_s": sum(w for w in walls if w is not None),
         "expected_s": expected,
         "machine": machine_record(load_before),

@@ -263,3 +263,11 @@ def test_compare_campaign_reads_the_committed_demo_report():
     report = Path(__file__).resolve().parents[2] / "reports/examples/demo-min-batch-size/report.json"
     cmp = gs.compare_campaign(report, [{"level": None, "value": 2}])
     assert cmp["match"] is True and cmp["levels"][0]["campaign"]["value"] == 2
+
+
+def test_compare_campaign_refuses_a_report_of_another_goal(tmp_path):
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps({"goal": "another goal", "conclusive": False, "levels": []}))
+    with pytest.raises(ValueError, match="answers another goal"):
+        gs.compare_campaign(path, [{"level": None, "value": None}], goal=COMPARE)
+    assert gs.compare_campaign(path, [{"level": None, "value": None}], goal="another goal")["match"] is False
