@@ -48,6 +48,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import httpx
 import matplotlib
 
 matplotlib.use("Agg")
@@ -68,12 +69,17 @@ from a3r.leader.knobs import set_dotted  # noqa: E402
 from a3r.report import eval_items_of, question_of  # noqa: E402
 from a3r.worker.metrics import parse_metric_bytes  # noqa: E402
 from benchmarks.common import loadavg, machine_record  # noqa: E402
+from engine.errors import SwarmError  # noqa: E402
 from engine.jobs import TrainJob  # noqa: E402
 from engine.launch import train  # noqa: E402
 
 SEED_PATH = "seed"  # where the leader's blueprints put each run's seed (stage_blueprints: seed_path="seed")
 RUN_RECORD = "sweep_run.json"
 THRESHOLD_SHAPES = ("minimum", "maximum")
+
+
+class RunFailed(SystemExit):
+    """A run of the sweep failed: the message says which, where its logs are and how to resume."""
 
 
 @dataclass(frozen=True)
@@ -216,7 +222,13 @@ def execute(run: PlannedRun) -> float | None:
     record = {"label": run.label, "seed": run.seed, "job": run.job, "wall_s": None}
     (run.run_dir / RUN_RECORD).write_text(json.dumps(record, indent=2))
     t0 = time.perf_counter()
-    train(TrainJob.model_validate(run.job), run.run_dir)
+    try:
+        train(TrainJob.model_validate(run.job), run.run_dir)
+    except (SwarmError, OSError, httpx.HTTPError) as e:  # OSError holds the /health TimeoutError
+        raise RunFailed(
+            f"{run.label} seed {run.seed} failed ({type(e).__name__}: {e}); its logs are in {run.run_dir}. "
+            "Run the same command again: finished runs are reused and this one starts over."
+        ) from e
     record["wall_s"] = time.perf_counter() - t0
     (run.run_dir / RUN_RECORD).write_text(json.dumps(record, indent=2))
     return record["wall_s"]

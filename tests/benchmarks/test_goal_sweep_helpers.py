@@ -148,6 +148,22 @@ def test_expected_seconds_sums_the_cost_model_and_leaves_out_finished_runs(tmp_p
     assert gs.expected_seconds(tiny) == {"all_s": None, "to_run_s": None}
 
 
+def test_a_failed_run_is_a_message_naming_its_logs_and_the_resume(tmp_path, monkeypatch):
+    from engine.errors import ServerExited
+
+    _goal, runs = _plan(tmp_path, COMPARE, seeds=(0,))
+
+    def dead_server(job, run_dir):
+        raise ServerExited("the server exited with code -9", -9)
+
+    monkeypatch.setattr(gs, "train", dead_server)
+    with pytest.raises(
+        SystemExit, match=r"bs=2 seed 0 failed \(ServerExited: .*code -9\).*Run the same command again"
+    ):
+        gs.execute(runs[0])
+    assert not runs[0].done  # left unfinished: the next sweep clears it and runs it again
+
+
 def test_series_reads_one_metric_first_value_per_step_and_skips_bad_lines():
     data = (
         b'{"step": 0, "eval_accuracy": 0.25}\n'
