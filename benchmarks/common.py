@@ -4,16 +4,19 @@ A figure is only comparable with its rerun if the JSON says what the machine was
 settings, the load before and after, and the commit. A speed ratio is reported over interleaved repeats as
 its median and spread (min, max), never from one run.
 
-Also the small helpers several scripts shared as copies: CPU seconds of a process, and an OpenAI client
-wrapper that counts calls and finish reasons.
+Also the small helpers several scripts shared as copies: CPU seconds of a process, an OpenAI client
+wrapper that counts calls and finish reasons, and one timed run of an inference engine's workload.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import platform
 import statistics
 import subprocess
+import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +91,22 @@ def rotated(items: list[Any] | tuple[Any, ...], k: int) -> list[Any]:
     items = list(items)
     k %= len(items)
     return items[k:] + items[:k]
+
+
+def timed_engine_run(
+    engine: Any, warm_up: Callable[[Any], Awaitable[Any]], workload: Callable[[Any], Awaitable[Any]]
+) -> tuple[Any, float, float]:
+    """Run `warm_up(engine)` (first-call allocations and kernel selection, left out of the figures), reset the
+    engine's stats, then time `workload(engine)`: (its result, wall seconds, CPU seconds of this process).
+    The engine is closed either way; its stats then count the workload alone."""
+    try:
+        asyncio.run(warm_up(engine))
+        engine.stats.reset()
+        t0, c0 = time.perf_counter(), time.process_time()
+        result = asyncio.run(workload(engine))
+        return result, time.perf_counter() - t0, time.process_time() - c0
+    finally:
+        engine.close()
 
 
 def cpu_seconds(proc: Any) -> float:

@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from benchmarks.common import fmt_spread, loadavg, machine_record, rotated, spread  # noqa: E402
+from benchmarks.common import fmt_spread, loadavg, machine_record, rotated, spread, timed_engine_run  # noqa: E402
 from engine.backends.base import SamplingParams  # noqa: E402
 from engine.backends.torch import TorchInferenceEngine  # noqa: E402
 from engine.config import ModelConfig  # noqa: E402
@@ -61,14 +61,11 @@ def measure(loaded, prompts, new_tokens: int, max_batch_rows: int, stop_ids, pac
     engine = TorchInferenceEngine.from_loaded(
         loaded, max_batch_rows=max_batch_rows, stop_token_ids=stop_ids, packed_linear=packed
     )
-    try:
-        asyncio.run(_episodes(engine, prompts[:1], 4))  # warm-up: first-call allocations and kernel selection
-        engine.stats.reset()
-        t0, c0 = time.perf_counter(), time.process_time()
-        tokens = asyncio.run(_episodes(engine, prompts, new_tokens))
-        seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
-    finally:
-        engine.close()
+    tokens, seconds, cpu = timed_engine_run(
+        engine,
+        lambda e: _episodes(e, prompts[:1], 4),  # warm-up: first-call allocations and kernel selection
+        lambda e: _episodes(e, prompts, new_tokens),
+    )
     return {
         "tokens": tokens,
         "seconds": round(seconds, 3),

@@ -26,7 +26,6 @@ import argparse
 import asyncio
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from benchmarks.common import fmt_spread, loadavg, machine_record, rotated, spread  # noqa: E402
+from benchmarks.common import fmt_spread, loadavg, machine_record, rotated, spread, timed_engine_run  # noqa: E402
 from engine.backends.base import SamplingParams  # noqa: E402
 from engine.backends.torch import TorchInferenceEngine  # noqa: E402
 from engine.config import ModelConfig  # noqa: E402
@@ -99,20 +98,18 @@ async def group(engine, prompt, size: int, waves: int, new_tokens: int) -> list[
     return out
 
 
+async def _warm_up(engine) -> None:
+    """First-call allocations; the cached arm then starts from an empty cache, as the uncached one does."""
+    await engine.generate([1, 2, 3], SamplingParams(max_new_tokens=2))
+    if engine.prefix_cache is not None:
+        engine.prefix_cache.clear()
+
+
 def measure(loaded, arm: str, workload, cache_bytes: int) -> dict:
     engine = TorchInferenceEngine.from_loaded(
         loaded, stop_token_ids=[], prefix_cache_bytes=cache_bytes if arm == "cached" else 0
     )
-    try:
-        asyncio.run(engine.generate([1, 2, 3], SamplingParams(max_new_tokens=2)))  # warm-up allocations
-        if engine.prefix_cache is not None:
-            engine.prefix_cache.clear()
-        engine.stats.reset()
-        t0, c0 = time.perf_counter(), time.process_time()
-        tokens = asyncio.run(workload(engine))
-        seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
-    finally:
-        engine.close()
+    tokens, seconds, cpu = timed_engine_run(engine, _warm_up, workload)
     cache = engine.prefix_cache
     return {
         "arm": arm,
