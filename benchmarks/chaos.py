@@ -159,10 +159,16 @@ def _run_job(job_yaml: Path, run_dir: Path, log: Path) -> int:
         return subprocess.run(_train_cmd(job_yaml, run_dir), stdout=out, stderr=subprocess.STDOUT, timeout=900).returncode
 
 
-def job_reference(work: Path) -> Path:
-    """The undisturbed run every job trial is compared with."""
+def _write_job(work: Path) -> Path:
+    """work/job.yaml: JOB, the job every trial (and the reference) runs."""
     job_yaml = work / "job.yaml"
     job_yaml.write_text(yaml.safe_dump(JOB))
+    return job_yaml
+
+
+def job_reference(work: Path) -> Path:
+    """The undisturbed run every job trial is compared with."""
+    job_yaml = _write_job(work)
     run_dir = work / "reference"
     rc = _run_job(job_yaml, run_dir, work / "reference.log")
     if rc != 0:
@@ -604,7 +610,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     "stay in --work), after a fix to the checks; the trial records that it was rechecked")
     ap.add_argument("--resume", action="store_true",
                     help="continue the run in --out (same --work): keep its trials, run up to the trial counts")
+    ap.add_argument("--reference", type=Path, default=None, metavar="RUN_DIR",
+                    help="a finished undisturbed run of this script's JOB (job_reference's) to compare the job trials "
+                    "with, instead of running one (the test suite shares one with the reproducibility tests)")
     args = ap.parse_args(argv)
+    if args.reference is not None and not (args.reference / "summary.json").is_file():
+        ap.error(f"--reference {args.reference} has no summary.json: not a finished run (job_reference makes one)")
     if args.campaign_kills > INFRA_RETRIES:
         ap.error(f"--campaign-kills above A3R's retry budget in these trials ({INFRA_RETRIES}) can end a run by design")
     if args.smoke:
@@ -641,7 +652,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         done = {k: sum(1 for t in result["trials"] if t["kind"] == k) for k in done}
     try:
         if args.job_trials > done["job"]:
-            reference = work / "reference" if done["job"] else job_reference(work)
+            if args.reference is not None:
+                _write_job(work)
+                reference = args.reference
+            else:
+                reference = work / "reference" if done["job"] else job_reference(work)
         if args.campaign_trials > done["campaign"] and not result.get("campaign_reference"):
             ref = campaign_trial(None, args.seed, work, None, 0)
             if ref["violations"]:

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
+import shutil
+from pathlib import Path
+
 import pytest
 import torch
-from tests_support import ADMIN_TOKEN, FakeOpenAIServer, ThreadedUvicorn, free_port
+from tests_support import ADMIN_TOKEN, FakeOpenAIServer, ThreadedUvicorn, free_port, load_benchmark
 
 from engine.client import SwarmClient
 from engine.config import SwarmConfig
@@ -82,3 +87,25 @@ def in_process(live_server):
             pass  # live_server closes it at teardown
 
     return InProcess
+
+
+@pytest.fixture(scope="session")
+def chaos_job_reference(tmp_path_factory) -> Path:
+    """The run dir of the chaos benchmark's job (`benchmarks/chaos.py` JOB: seeded, batch-invariant, 4 steps)
+    run once, undisturbed, by the benchmark's own `job_reference`: the one run that the reproducibility,
+    resume and chaos tests compare theirs with. Under xdist the first worker to ask runs it and the others
+    wait on a file lock in the session's shared temporary root, so the suite runs it once, not per worker.
+    Tests only read it: copy it to run it further."""
+    chaos = load_benchmark("chaos")
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        return chaos.job_reference(tmp_path_factory.mktemp("chaos_reference"))
+    shared = tmp_path_factory.getbasetemp().parent  # this session's root, above every worker's own
+    with open(shared / "chaos_reference.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also when this worker dies
+        work = shared / "chaos_reference"
+        run_dir = work / "reference"
+        if not (run_dir / "summary.json").is_file():
+            shutil.rmtree(work, ignore_errors=True)  # what a worker that failed part way left
+            work.mkdir()
+            chaos.job_reference(work)
+    return run_dir

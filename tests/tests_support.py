@@ -3,6 +3,7 @@
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 ADMIN_TOKEN = "sk-admin-test-" + "x" * 24
 
@@ -14,19 +15,107 @@ def child_pids(pid: int) -> list[int]:
     return [int(c) for task in Path(f"/proc/{pid}/task").iterdir() for c in (task / "children").read_text().split()]
 
 
-def swarm_train(tmp_path, job: dict, timeout: float = 600):
-    """Run `swarm train --config <job>` as a subprocess into tmp_path/run; its stderr tail on failure."""
-    import subprocess
+def tiny_train_job(steps: int = 1, eval_size: int = 0, max_tokens: int = 4, training: dict | None = None, **top) -> dict:
+    """The smallest `swarm train` job: arithmetic on the tiny model, 2 tasks x 2 episodes a step, `steps`
+    steps; `training` adds to its training settings, `top` to (or over) the job's own."""
+    return {
+        "task": "arithmetic",
+        "eval_size": eval_size,
+        "max_tokens": max_tokens,
+        "concurrency": 4,
+        "swarm": {
+            "model": {"name": "tiny"},
+            "pool": {"batch_size": 2, "group_size": 2},
+            "training": {"max_steps": steps, "mini_batch_size": 4, "micro_batch_size": 2, **(training or {})},
+        },
+        **top,
+    }
+
+
+def train_command(tmp_path, job: dict, run: str = "run") -> tuple[list[str], Path]:
+    """Write `job` to tmp_path/job.yaml: the `swarm train` command line for it, and its run dir tmp_path/<run>."""
     import sys
 
     import yaml
 
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
-    run = tmp_path / "run"
-    cmd = [sys.executable, "-m", "engine.cli", "train", "--config", str(tmp_path / "job.yaml"), "--run-dir", str(run)]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    run_dir = tmp_path / run
+    return [sys.executable, "-m", "engine.cli", "train", "--config", str(tmp_path / "job.yaml"), "--run-dir", str(run_dir)], run_dir
+
+
+# Wide enough that rich does not wrap the job's messages, which the tests match whole.
+WIDE_TERMINAL = {"COLUMNS": "400"}
+
+
+def run_swarm_train(cmd: list[str], timeout: float = 600):
+    """Run a `swarm train` command line to its end (stdout and stderr captured, wide terminal)."""
+    import os
+    import subprocess
+
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env={**os.environ, **WIDE_TERMINAL})
+
+
+def swarm_train(tmp_path, job: dict, timeout: float = 600, run: str = "run"):
+    """Run `swarm train --config <job>` as a subprocess into tmp_path/<run>; its stderr tail on failure."""
+    cmd, run_dir = train_command(tmp_path, job, run)
+    out = run_swarm_train(cmd, timeout)
     assert out.returncode == 0, out.stderr[-3000:]
-    return run
+    return run_dir
+
+
+class BackgroundTrain:
+    """`swarm train` started in the background, to be disturbed while it runs: stderr goes to a file
+    (nobody reads a pipe while the job runs), and leaving the `with` block kills a job still running."""
+
+    def __init__(self, tmp_path, job: dict, run: str = "run") -> None:
+        import os
+        import subprocess
+
+        self.cmd, self.run_dir = train_command(tmp_path, job, run)
+        self.stderr_path = tmp_path / f"{run}.stderr.txt"
+        with open(self.stderr_path, "w") as err_file:
+            self.proc = subprocess.Popen(
+                self.cmd, stdout=subprocess.DEVNULL, stderr=err_file, env={**os.environ, **WIDE_TERMINAL}
+            )
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text()
+
+    def metrics_text(self) -> str:
+        """The run's metrics.jsonl so far ('' before the first row)."""
+        metrics = self.run_dir / "metrics.jsonl"
+        return metrics.read_text() if metrics.exists() else ""
+
+    def wait_until(self, reached, what: str, timeout: float = 240, poll_s: float = 0.02) -> None:
+        """Poll `reached()` while the job runs; fail with the job's stderr if it exits, or after `timeout`."""
+        import time
+
+        deadline = time.monotonic() + timeout
+        while not reached():
+            assert self.proc.poll() is None, f"the job exited before {what}: " + self.stderr()[-3000:]
+            assert time.monotonic() < deadline, f"{what}: not within {timeout} s"
+            time.sleep(poll_s)
+
+    def kill_server(self) -> None:
+        """SIGKILL the job's training server (its one child process)."""
+        import os
+        import signal
+
+        (server_pid,) = child_pids(self.proc.pid)
+        os.kill(server_pid, signal.SIGKILL)
+
+    def wait(self, timeout: float = 400) -> str:
+        """Wait for the job to exit; its stderr."""
+        self.proc.wait(timeout=timeout)
+        return self.stderr()
+
+    def __enter__(self) -> "BackgroundTrain":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
 
 
 def free_port() -> int:

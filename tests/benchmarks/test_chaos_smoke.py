@@ -1,6 +1,8 @@
 """benchmarks/chaos.py runs end to end at its smallest (one job trial, two kills), so the chaos benchmark
 cannot rot unnoticed; and its checks catch a planted duplicate (a check that cannot fail proves nothing).
-The campaign trials cost minutes each on the tiny model and run only in the committed benchmark run."""
+The campaign trials cost minutes each on the tiny model and run only in the committed benchmark run. The
+undisturbed reference is the session's `chaos_job_reference` (the reproducibility tests compare with it
+too), passed with --reference."""
 
 from __future__ import annotations
 
@@ -15,12 +17,12 @@ chaos = load_benchmark("chaos")
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_one_job_trial_runs_kills_and_checks(tmp_path):
+def test_one_job_trial_runs_kills_and_checks(tmp_path, chaos_job_reference):
     out = tmp_path / "chaos.json"
     md = tmp_path / "chaos.md"
     work = tmp_path / "work"
     result = chaos.main(["--job-trials", "1", "--job-kills", "2", "--campaign-trials", "0", "--work", str(work),
-                         "--out", str(out), "--md", str(md)])
+                         "--out", str(out), "--md", str(md), "--reference", str(chaos_job_reference)])
     (trial,) = result["trials"]
     assert trial["kind"] == "job" and len(trial["events"]) == 2
     assert all(e["kind"] in chaos.JOB_KINDS for e in trial["events"])
@@ -30,7 +32,7 @@ def test_one_job_trial_runs_kills_and_checks(tmp_path):
     assert "kill events, 0 violations" in md.read_text()
 
     # The checks see a planted defect: a step's metrics logged twice, an episode accepted twice.
-    reference = work / "reference"
+    reference = chaos_job_reference
     planted = tmp_path / "planted"
     shutil.copytree(reference, planted)
     assert chaos.check_job_run(planted, reference) == []

@@ -7,8 +7,9 @@ import subprocess
 import sys
 
 import pytest
+from tests_support import swarm_train, tiny_train_job
 
-from engine.training.audit import audit_history
+from engine.training.audit import audit_history, audit_run_dir
 
 G = 2  # group size
 
@@ -138,23 +139,8 @@ def test_a_step_retrained_after_a_restart_is_not_flagged_but_a_seq_in_two_steps_
 def test_a_time_basis_run_is_audited_step_by_step(tmp_path):
     """A real `swarm train` whose only checkpoint policy is an hour's time basis and no final write: no
     batch is ever marked durably trained, yet the audit sees both steps."""
-    import yaml
-
-    from engine.training.audit import audit_run_dir
-
-    job = {
-        "task": "arithmetic", "eval_size": 2, "max_tokens": 4, "concurrency": 4, "keep_final_checkpoint": False,
-        "swarm": {
-            "model": {"name": "tiny"},
-            "pool": {"batch_size": 2, "group_size": 2},
-            "training": {"max_steps": 2, "mini_batch_size": 4, "micro_batch_size": 2, "checkpoint_every_s": 3600},
-        },
-    }
-    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
-    run_dir = tmp_path / "run"
-    cmd = [sys.executable, "-m", "engine.cli", "train", "--config", str(tmp_path / "job.yaml"), "--run-dir", str(run_dir)]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
+    job = tiny_train_job(steps=2, eval_size=2, keep_final_checkpoint=False, training={"checkpoint_every_s": 3600})
+    run_dir = swarm_train(tmp_path, job, timeout=300)
     ops = [json.loads(line)["op"] for line in (run_dir / "pool.journal.jsonl").read_text().splitlines()]
     assert "trained" not in ops, "a checkpoint was written: the time basis should have skipped both steps"
     report = audit_run_dir(run_dir, eval_items=2)

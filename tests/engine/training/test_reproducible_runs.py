@@ -14,32 +14,18 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
-import yaml
-from tests_support import child_pids
+from tests_support import BackgroundTrain, child_pids, load_benchmark, run_swarm_train, swarm_train
 
-JOB = {
-    "task": "arithmetic",
-    "seed": 3,
-    "eval_size": 4,
-    "max_tokens": 6,
-    "concurrency": 4,
-    "swarm": {
-        "model": {"name": "tiny", "seed": 3},
-        "pool": {"batch_size": 2, "group_size": 3},
-        "inference": {"batch_invariant": True},
-        "algorithm": {"entropy_coef": 0.05},
-        "training": {
-            "max_steps": 3, "lr": 1e-3, "mini_batch_size": 3, "micro_batch_size": 2, "checkpoint_every": 2,
-        },
-    },
-}
+# The chaos benchmark's job, so that its undisturbed run (the session's `chaos_job_reference`) serves
+# these tests and the chaos smoke alike: seed 3, batch-invariant decoding, 2 tasks x 3 episodes a step,
+# 4 steps, a checkpoint every 2.
+JOB = load_benchmark("chaos").JOB
+STEPS = JOB["swarm"]["training"]["max_steps"]
 
 
 def _is_timing(key: str) -> bool:
@@ -49,18 +35,6 @@ def _is_timing(key: str) -> bool:
 def _metrics(run_dir: Path) -> list[dict]:
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return [{k: v for k, v in r.items() if not _is_timing(k)} for r in rows]
-
-
-def _command(tmp_path: Path, run_dir: Path) -> list[str]:
-    (tmp_path / "job.yaml").write_text(yaml.safe_dump(JOB))
-    return [sys.executable, "-m", "engine.cli", "train", "--config", str(tmp_path / "job.yaml"), "--run-dir", str(run_dir)]
-
-
-def _train(tmp_path: Path, name: str) -> Path:
-    run_dir = tmp_path / name
-    out = subprocess.run(_command(tmp_path, run_dir), capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return run_dir
 
 
 def _gone(pid: int) -> bool:
@@ -77,16 +51,13 @@ def _journal_adds(run_dir: Path) -> Counter:
     return Counter((r["episode"]["task_id"], r["episode"]["index"]) for r in records if r["op"] == "add")
 
 
-@pytest.fixture(scope="module")
-def undisturbed(tmp_path_factory) -> Path:
-    return _train(tmp_path_factory.mktemp("undisturbed"), "run")
-
-
 @pytest.mark.slow
-def test_the_same_seed_and_config_give_the_same_metrics_bit_for_bit(tmp_path, undisturbed):
-    again = _train(tmp_path, "again")
+@pytest.mark.timeout(600)  # the shared reference run counts into the first test to ask for it
+def test_the_same_seed_and_config_give_the_same_metrics_bit_for_bit(tmp_path, chaos_job_reference):
+    undisturbed = chaos_job_reference
+    again = swarm_train(tmp_path, JOB, run="again")
     first = _metrics(undisturbed)
-    assert [r["step"] for r in first if "pg_loss" in r] == [1, 2, 3]
+    assert [r["step"] for r in first if "pg_loss" in r] == list(range(1, STEPS + 1))
     assert _metrics(again) == first  # every metric of every step, exactly (floats compared bit for bit)
     assert json.loads((again / "summary.json").read_text())["accuracy_after"] == json.loads(
         (undisturbed / "summary.json").read_text()
@@ -94,36 +65,26 @@ def test_the_same_seed_and_config_give_the_same_metrics_bit_for_bit(tmp_path, un
 
 
 @pytest.mark.slow
-def test_a_job_killed_after_a_step_and_resumed_matches_the_undisturbed_run(tmp_path, undisturbed):
-    run_dir = tmp_path / "killed"
-    cmd = _command(tmp_path, run_dir)
-    with open(tmp_path / "first.err", "w") as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
-    try:
-        metrics = run_dir / "metrics.jsonl"
-        deadline = time.monotonic() + 300
+@pytest.mark.timeout(600)  # the shared reference run counts into the first test to ask for it
+def test_a_job_killed_after_a_step_and_resumed_matches_the_undisturbed_run(tmp_path, chaos_job_reference):
+    undisturbed = chaos_job_reference
+    with BackgroundTrain(tmp_path, JOB, run="killed") as train:
         # step 1 trained (its metrics row) but not checkpointed: checkpoint_every is 2
-        while not (metrics.exists() and '"pg_loss"' in metrics.read_text()):
-            assert proc.poll() is None, (tmp_path / "first.err").read_text()[-3000:]
-            assert time.monotonic() < deadline, "no training step within 300 s"
-            time.sleep(0.02)
-        servers = child_pids(proc.pid)
-        proc.send_signal(signal.SIGKILL)  # the job itself, as a crash or the OOM killer would
-        proc.wait(timeout=60)
+        train.wait_until(lambda: '"pg_loss"' in train.metrics_text(), "a training step", timeout=300)
+        servers = child_pids(train.proc.pid)
+        train.proc.send_signal(signal.SIGKILL)  # the job itself, as a crash or the OOM killer would
+        train.proc.wait(timeout=60)
         deadline = time.monotonic() + 60
         while not all(_gone(s) for s in servers):  # the server exits with its parent (exit_with_parent)
             assert time.monotonic() < deadline, "the killed job's server still runs after 60 s"
             time.sleep(0.1)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    run_dir = train.run_dir
     assert not (run_dir / "summary.json").exists(), "the kill came too late: the job had finished"
 
-    resumed = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    resumed = run_swarm_train(train.cmd)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     # Every episode of every step was accepted exactly once: none run again, none left out.
     adds = _journal_adds(run_dir)
     assert adds == _journal_adds(undisturbed), sorted(adds.items())
-    assert set(adds.values()) == {1} and {t.split(":")[0] for t, _ in adds} == {"s0", "s1", "s2"}
+    assert set(adds.values()) == {1} and {t.split(":")[0] for t, _ in adds} == {f"s{i}" for i in range(STEPS)}
     assert _metrics(run_dir) == _metrics(undisturbed)

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+import shutil
 
 import pytest
-import yaml
+from tests_support import load_benchmark, run_swarm_train, swarm_train, tiny_train_job, train_command
 
 
 def _metric_steps(run_dir):
@@ -16,37 +15,41 @@ def _metric_steps(run_dir):
     return [r["step"] for r in lines if "eval_accuracy" not in r], [r["step"] for r in lines if "eval_accuracy" in r]
 
 
-@pytest.mark.parametrize("task", ["arithmetic", "calculator"])
-def test_swarm_train_runs_to_max_steps_and_resumes(tmp_path, task):
-    job = {
-        "task": task,
-        "eval_size": 4,
-        "max_tokens": 8,
-        "concurrency": 4,
-        "swarm": {
-            "model": {"name": "tiny"},
-            "pool": {"batch_size": 2, "group_size": 2},
-            "training": {"max_steps": 2, "lr": 1e-3, "mini_batch_size": 4, "micro_batch_size": 2},
-        },
-    }
-    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
-    run_dir = tmp_path / "run"
-    cmd = [sys.executable, "-m", "engine.cli", "train", "--config", str(tmp_path / "job.yaml"), "--run-dir", str(run_dir)]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
+def _assert_ran_to(run_dir, steps: int) -> None:
+    """A finished run of `steps` steps: its summary, a metrics row per step, held-out accuracy before and
+    after training, and the last step's checkpoint."""
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["final_status"]["global_step"] == 2
+    assert summary["final_status"]["global_step"] == steps
     assert 0.0 <= summary["accuracy_before"] <= 1.0 and 0.0 <= summary["accuracy_after"] <= 1.0
-    steps, evals = _metric_steps(run_dir)
-    assert steps == [1.0, 2.0]
-    assert evals == [0, 2]  # held-out accuracy before training and after the last step, as metric points
-    assert (run_dir / "checkpoints" / "latest").read_text() == "step-000002"
-    # more steps on the same run dir continue from the checkpoint instead of starting over
-    out = subprocess.run(cmd + ["--steps", "3"], capture_output=True, text=True, timeout=300)
+    train_steps, evals = _metric_steps(run_dir)
+    assert train_steps == list(range(1, steps + 1))
+    assert evals == [0, steps]  # held-out accuracy before training and after the last step, as metric points
+    assert (run_dir / "checkpoints" / "latest").read_text() == f"step-{steps:06d}"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)  # the shared reference run counts into the first test to ask for it
+def test_swarm_train_runs_to_max_steps_and_more_steps_resume(tmp_path, chaos_job_reference):
+    """The arithmetic task's run is the session's undisturbed chaos-job run (4 steps); a copy of it given
+    more steps continues from its checkpoint instead of starting over."""
+    job = load_benchmark("chaos").JOB
+    steps = job["swarm"]["training"]["max_steps"]
+    _assert_ran_to(chaos_job_reference, steps)
+    cmd, run_dir = train_command(tmp_path, job)
+    shutil.copytree(chaos_job_reference, run_dir)  # the shared run stays as it is
+    out = run_swarm_train(cmd + ["--steps", str(steps + 1)], timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
-    steps, evals = _metric_steps(run_dir)
-    assert steps == [1.0, 2.0, 3.0]
-    assert evals == [0, 2, 3]  # a resumed job does not re-measure the untrained level
+    train_steps, evals = _metric_steps(run_dir)
+    assert train_steps == list(range(1, steps + 2))
+    assert evals == [0, steps, steps + 1]  # a resumed job does not re-measure the untrained level
+
+
+@pytest.mark.slow
+def test_swarm_train_runs_the_calculator_task_to_max_steps(tmp_path):
+    """The tool-calling task end to end (resuming is the same code path for every task: the test above)."""
+    job = tiny_train_job(steps=2, eval_size=4, max_tokens=8, task="calculator", training={"lr": 1e-3})
+    run_dir = swarm_train(tmp_path, job, timeout=300)
+    _assert_ran_to(run_dir, 2)
 
 
 def test_a_problem_drawn_twice_in_one_step_is_two_groups(tmp_path, monkeypatch):

@@ -5,17 +5,11 @@ keeps dying ends the command with a clear message naming its log and how to resu
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
-import yaml
-from tests_support import child_pids
+from tests_support import BackgroundTrain, child_pids, tiny_train_job
 
 from engine.training.metrics import MetricsLog
 
@@ -25,64 +19,46 @@ def _steps(metrics: Path) -> list[int]:
     return [int(r["step"]) for r in records if "eval_accuracy" not in r]  # the server's per-step records
 
 
-def _train_and_kill_once(tmp_path: Path, after_step_1: bool = True, **job_overrides) -> tuple[subprocess.Popen, Path, str]:
+def _train_and_kill_once(tmp_path: Path, after_step_1: bool = True, **job_overrides) -> tuple[BackgroundTrain, str]:
     """Run `swarm train`, SIGKILL its server right after step 1's metrics appear (or as soon as it is
     rolling), and wait for the command."""
-    job = {
-        "task": "arithmetic",
-        "eval_size": 0,
-        "max_tokens": 4,
-        "concurrency": 4,
-        "swarm": {
-            "model": {"name": "tiny"},
-            "pool": {"batch_size": 2, "group_size": 2},
-            # checkpoint every 2 steps: step 1 is trained but not durable when the server dies
-            "training": {"max_steps": 3, "mini_batch_size": 4, "micro_batch_size": 2, "checkpoint_every": 2},
-        },
-        **job_overrides,
-    }
-    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
-    run_dir = tmp_path / "run"
-    cmd = [sys.executable, "-m", "engine.cli", "train", "--config", str(tmp_path / "job.yaml"), "--run-dir", str(run_dir)]
-    stderr = tmp_path / "stderr.txt"  # a file, not a pipe: nobody reads a pipe while the job runs
-    with open(stderr, "w") as err_file:
-        # wide enough that rich does not wrap the job's messages
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err_file, env={**os.environ, "COLUMNS": "400"})
-    try:
-        metrics = run_dir / "metrics.jsonl"
-
-        def reached() -> bool:
-            if after_step_1:
-                return metrics.exists() and bool(metrics.read_text().strip())
-            return "server ROLLING" in stderr.read_text()
-
-        deadline = time.monotonic() + 240
-        while not reached():
-            assert proc.poll() is None, stderr.read_text()[-3000:]
-            assert time.monotonic() < deadline, "no training step within 240 s"
-            time.sleep(0.02)
-        (server_pid,) = child_pids(proc.pid)
-        os.kill(server_pid, signal.SIGKILL)
-        proc.wait(timeout=240)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    return proc, run_dir, stderr.read_text()
+    # checkpoint every 2 steps: step 1 is trained but not durable when the server dies
+    job = tiny_train_job(steps=3, training={"checkpoint_every": 2}, **job_overrides)
+    with BackgroundTrain(tmp_path, job) as train:
+        if after_step_1:
+            train.wait_until(lambda: bool(train.metrics_text().strip()), "a training step")
+        else:
+            train.wait_until(lambda: "server ROLLING" in train.stderr(), "the server rolling")
+        train.kill_server()
+        err = train.wait(timeout=240)
+    return train, err
 
 
 @pytest.mark.slow
 def test_a_killed_server_is_restarted_and_retrained_steps_replace_their_metrics(tmp_path):
-    proc, run_dir, err = _train_and_kill_once(tmp_path)
-    assert proc.returncode == 0, err[-3000:]
+    """Two kills in one job: first while the server still starts (before /health answers: found by the
+    chaos benchmark, this ended `swarm train` with a RuntimeError traceback instead of a restart), then
+    right after step 1's metrics, before any checkpoint."""
+    job = tiny_train_job(steps=3, training={"checkpoint_every": 2})
+    with BackgroundTrain(tmp_path, job) as train:
+        # the server's process exists; it imports torch for seconds yet
+        train.wait_until(lambda: bool(child_pids(train.proc.pid)), "a server started", poll_s=0.005)
+        assert "server ROLLING" not in train.stderr()
+        train.kill_server()
+        train.wait_until(lambda: bool(train.metrics_text().strip()), "a training step")
+        train.kill_server()
+        err = train.wait(timeout=240)
+    assert train.proc.returncode == 0, err[-3000:]
     assert "restarting it from the last checkpoint (restart 1 of at most 3" in err
+    assert "restarting it from the last checkpoint (restart 2 of at most 3" in err
     # Resumed from the beginning (no checkpoint yet), so step 1 was trained twice: it is logged once. The
     # restarted server replays its journal as it starts, so it may have retrained step 1 from the replayed
-    # episodes before the job first asks its step: 0 or 1, never the checkpoint's 2.
+    # episodes before the job first asks its step: 0 or 1, never the checkpoint's 2. The first server
+    # never rolled.
     rolling = [int(s) for s in re.findall(r"server ROLLING at step (\d+)", err)]
     assert len(rolling) == 2 and rolling[0] == 0 and rolling[1] in (0, 1), err[-3000:]
-    assert _steps(run_dir / "metrics.jsonl") == [1, 2, 3]
-    assert json.loads((run_dir / "summary.json").read_text())["max_steps"] == 3
+    assert _steps(train.run_dir / "metrics.jsonl") == [1, 2, 3]
+    assert json.loads((train.run_dir / "summary.json").read_text())["max_steps"] == 3
     assert "Traceback" not in err
 
 
@@ -90,29 +66,22 @@ def test_a_killed_server_is_restarted_and_retrained_steps_replace_their_metrics(
 def test_a3r_checkpoint_policy_recovers_a_killed_server_and_leaves_no_checkpoint(tmp_path):
     """A3R's default policy (at most one checkpoint per 120 s, none at the end, all deleted on success):
     a server killed after step 1 has nothing durable, restarts from the model and its journal, finishes."""
-    swarm = {
-        "model": {"name": "tiny"},
-        "pool": {"batch_size": 2, "group_size": 2},
-        "training": {
-            "max_steps": 3, "mini_batch_size": 4, "micro_batch_size": 2,
-            "checkpoint_every": 1, "checkpoint_every_s": 120.0,
-        },
-    }
-    proc, run_dir, err = _train_and_kill_once(tmp_path, swarm=swarm, keep_final_checkpoint=False)
-    assert proc.returncode == 0, err[-3000:]
+    swarm = tiny_train_job(steps=3, training={"checkpoint_every": 1, "checkpoint_every_s": 120.0})["swarm"]
+    train, err = _train_and_kill_once(tmp_path, swarm=swarm, keep_final_checkpoint=False)
+    assert train.proc.returncode == 0, err[-3000:]
     assert "restarting it from the last checkpoint (restart 1 of at most 3" in err
     rolling = [int(s) for s in re.findall(r"server ROLLING at step (\d+)", err)]
     assert len(rolling) == 2 and rolling[0] == 0 and rolling[1] in (0, 1), err[-3000:]
-    assert _steps(run_dir / "metrics.jsonl") == [1, 2, 3]
-    assert not (run_dir / "checkpoints").exists() and "Traceback" not in err
+    assert _steps(train.run_dir / "metrics.jsonl") == [1, 2, 3]
+    assert not (train.run_dir / "checkpoints").exists() and "Traceback" not in err
 
 
 @pytest.mark.slow
 def test_a_server_that_keeps_dying_ends_swarm_train_with_a_clear_message(tmp_path):
-    proc, run_dir, err = _train_and_kill_once(tmp_path, after_step_1=False, max_server_restarts=0)
-    assert proc.returncode == 1, err[-3000:]
+    train, err = _train_and_kill_once(tmp_path, after_step_1=False, max_server_restarts=0)
+    assert train.proc.returncode == 1, err[-3000:]
     assert "swarm train: the training server exited with code -9" in err
-    assert f"--run-dir {run_dir}" in err and str(run_dir / "server.log") in err
+    assert f"--run-dir {train.run_dir}" in err and str(train.run_dir / "server.log") in err
     assert "Traceback" not in err
 
 
@@ -134,41 +103,3 @@ def test_supersede_drops_only_records_after_the_resumed_step(tmp_path, monkeypat
     a3r_only = MetricsLog(None)
     a3r_only.write({"step": 5, "pg_loss": 0.1})
     assert a3r_only.supersede_after(0) == 0 and a3r_file.read_text() == '{"step": 5, "pg_loss": 0.1}\n'
-
-
-@pytest.mark.slow
-def test_a_server_killed_before_it_is_healthy_is_restarted(tmp_path):
-    """Found by the chaos benchmark: a server SIGKILLed while it still starts (before /health answers)
-    ended `swarm train` with a RuntimeError traceback instead of a restart."""
-    job = {
-        "task": "arithmetic", "eval_size": 0, "max_tokens": 4, "concurrency": 4,
-        "swarm": {
-            "model": {"name": "tiny"},
-            "pool": {"batch_size": 2, "group_size": 2},
-            "training": {"max_steps": 1, "mini_batch_size": 4, "micro_batch_size": 2},
-        },
-    }
-    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
-    run_dir = tmp_path / "run"
-    cmd = [sys.executable, "-m", "engine.cli", "train", "--config", str(tmp_path / "job.yaml"), "--run-dir", str(run_dir)]
-    stderr = tmp_path / "stderr.txt"
-    with open(stderr, "w") as err_file:
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err_file, env={**os.environ, "COLUMNS": "400"})
-    try:
-        deadline = time.monotonic() + 240
-        while not child_pids(proc.pid):  # the server's process exists; it imports torch for seconds yet
-            assert proc.poll() is None, stderr.read_text()[-3000:]
-            assert time.monotonic() < deadline, "no server started within 240 s"
-            time.sleep(0.005)
-        assert "server ROLLING" not in stderr.read_text()
-        (server_pid,) = child_pids(proc.pid)
-        os.kill(server_pid, signal.SIGKILL)
-        proc.wait(timeout=240)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    err = stderr.read_text()
-    assert proc.returncode == 0, err[-3000:]
-    assert "Traceback" not in err and "restarting it from the last checkpoint" in err
-    assert _steps(run_dir / "metrics.jsonl") == [1]
