@@ -8,6 +8,8 @@ import shutil
 import pytest
 from tests_support import load_benchmark, run_swarm_train, swarm_train, tiny_train_job, train_command
 
+from engine.training.metrics import read_eval_scores, read_run_metrics
+
 
 def _metric_steps(run_dir):
     """(training steps, held-out evaluation steps) in the run dir's metrics.jsonl."""
@@ -25,6 +27,13 @@ def _assert_ran_to(run_dir, steps: int) -> None:
     assert train_steps == list(range(1, steps + 1))
     assert evals == [0, steps]  # held-out accuracy before training and after the last step, as metric points
     assert (run_dir / "checkpoints" / "latest").read_text() == f"step-{steps:06d}"
+    # each evaluation's per-item scores, in held-out order, average to its logged accuracy
+    rows = {r["step"]: r for r in read_run_metrics(run_dir) if "eval_accuracy" in r}
+    scores = read_eval_scores(run_dir)
+    assert sorted(k for k, key in scores if key == "eval_accuracy") == [0, steps]
+    for (k, _key), (ids, values) in scores.items():
+        assert len(ids) == len(set(ids)) == len(values) == rows[k]["eval_items"]
+        assert sum(values) / len(values) == pytest.approx(rows[k]["eval_accuracy"], abs=1e-12)
 
 
 @pytest.mark.slow
