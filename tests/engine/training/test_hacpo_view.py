@@ -159,9 +159,10 @@ def test_a_mini_batch_without_gradient_takes_no_optimizer_step(tok):
         training={"lr": 1e-2, "mini_batch_size": 4, "micro_batch_size": 2},
     )
     trainer = HacpoTrainer(loaded.model, loaded.tokenizer.pad_token_id, cfg)
-    after_step: list[torch.Tensor] = []
+    initial = _flat_weights(trainer)
+    after_step: list[tuple[torch.Tensor, list[torch.Tensor]]] = []  # weights and AdamW state after each step
     step = trainer.optimizer_step
-    trainer.optimizer_step = lambda: (step(), after_step.append(torch.cat([p.detach().flatten().clone() for p in trainer.params])))[0]
+    trainer.optimizer_step = lambda: (step(), after_step.append((_flat_weights(trainer), _optimizer_tensors(trainer))))[0]
     batch = []
     for i, (text, r) in enumerate([("5", 1.0), ("41", 0.0), ("5!", 1.0), ("x", 0.0)]):
         ids = loaded.tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -172,8 +173,22 @@ def test_a_mini_batch_without_gradient_takes_no_optimizer_step(tok):
     metrics = trainer.train_step(batch)
     assert metrics["optimizer_steps"] == 1 and metrics["optimizer_steps_skipped"] == 1
     assert metrics["cross_below_lo_frac/m1"] == 1.0 and metrics["cross_in_band_frac"] == 0.0
-    final = torch.cat([p.detach().flatten() for p in trainer.params])
-    assert len(after_step) == 1 and torch.equal(final, after_step[0])
+    assert len(after_step) == 1
+    weights_after_own, state_after_own = after_step[0]
+    assert not torch.equal(weights_after_own, initial)  # the own mini-batch did update: the check below can fail
+    assert torch.equal(_flat_weights(trainer), weights_after_own)  # bit-unchanged by the gradient-free mini-batch
+    state_now = _optimizer_tensors(trainer)
+    assert len(state_now) == len(state_after_own) and all(torch.equal(a, b) for a, b in zip(state_now, state_after_own, strict=True))
+
+
+def _flat_weights(trainer) -> torch.Tensor:
+    return torch.cat([p.detach().flatten().clone() for p in trainer.params])
+
+
+def _optimizer_tensors(trainer) -> list[torch.Tensor]:
+    """AdamW's state (step counts, both moments) of every parameter, copied, in the parameters' order."""
+    state = trainer.optimizer.state
+    return [v.detach().clone() for p in trainer.params for _, v in sorted(state.get(p, {}).items()) if torch.is_tensor(v)]
 
 
 def test_nll_is_the_mean_negative_log_likelihood_of_trainable_tokens():
