@@ -4,7 +4,7 @@ adding a task is one import and one entry here."""
 from __future__ import annotations
 
 from engine.errors import ConfigError
-from engine.tasks.arithmetic import Arithmetic
+from engine.tasks.arithmetic import Arithmetic, WorkedArithmetic
 from engine.tasks.base import Task
 from engine.tasks.calculator import CalculatorAgent
 from engine.tasks.countdown import Countdown
@@ -14,7 +14,7 @@ from engine.tasks.werewolf import Werewolf
 
 
 def _registry() -> dict[str, Task]:
-    tasks = (Arithmetic(), Arithmetic(ops="+-", name="arithmetic_pm"), Countdown(), CalculatorAgent(), SolveCheck(), Summary(), Werewolf())
+    tasks = (Arithmetic(), Arithmetic(ops="+-", name="arithmetic_pm"), WorkedArithmetic(), Countdown(), CalculatorAgent(), SolveCheck(), Summary(), Werewolf())
     return {t.name: t for t in tasks}
 
 

@@ -21,7 +21,7 @@ import torch
 
 from engine.algorithms import CapabilityTracker, HacpoConfig, hacpo_advantages, hacpo_omega, step_accuracy
 from engine.tracking.merging import episode_samples
-from engine.training.batch import prompt_then_length
+from engine.training.batch import chunks, prompt_then_length
 from engine.training.exchange import LP_SRC_KEY, SRC_LEN_KEY, TRUNCATED_KEY, is_cross, source_of
 from engine.types import EpisodeResult, Sample
 
@@ -125,3 +125,11 @@ def learner_view(
         chars=[float(_reply_chars(s)) for s, _, _ in ordered],
         metrics=metrics,
     )
+
+
+def own_then_cross_minis(n_own: int, n: int, mini_batch_size: int) -> list[slice]:
+    """Mini-batches of a learner view (own samples first): the own part and the cross part are each cut in
+    order, so every mini-batch is pure own or pure cross; m counts them from 0 in this order."""
+    return chunks(n_own, mini_batch_size) + [
+        slice(s.start + n_own, s.stop + n_own) for s in chunks(n - n_own, mini_batch_size)
+    ]

@@ -27,7 +27,7 @@ import torch
 from engine.algorithms import CapabilityTracker, hacpo_loss
 from engine.config import SwarmConfig
 from engine.training.batch import chunks, collate
-from engine.training.hacpo_batch import learner_view
+from engine.training.hacpo_batch import learner_view, own_then_cross_minis
 from engine.training.metrics import reward_by_client
 from engine.types import EpisodeResult
 
@@ -59,10 +59,7 @@ class HacpoTrainer(TorchTrainer):
         omega = torch.tensor(view.omega, dtype=torch.float32)
         cross = torch.tensor(view.cross, dtype=torch.bool)
         chars = torch.tensor(view.chars, dtype=torch.float32)
-        # own first, then cross; each part cut in order so a mini-batch is pure own or pure cross
-        minis = chunks(view.n_own, t.mini_batch_size) + [
-            slice(s.start + view.n_own, s.stop + view.n_own) for s in chunks(n - view.n_own, t.mini_batch_size)
-        ]
+        minis = own_then_cross_minis(view.n_own, n, t.mini_batch_size)
         per_m: dict[str, list[float]] = {}
         grad_norms: list[float] = []
         n_tokens = 0
