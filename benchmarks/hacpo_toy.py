@@ -63,7 +63,7 @@ COMPARISONS = (("hacpo", "gspox2"), ("gspox2", "naive"), ("hacpo", "gspo"))
 DIAGNOSTICS = (
     "cross_s_mean", "cross_s_min", "cross_s_max", "cross_below_lo_frac", "cross_above_1_frac", "own_clip_frac",
     "omega_mean", "zero_var_frac_own", "zero_var_frac_joint", "retok_len_ratio", "retok_truncated_frac",
-    "cross_dropped_empty",
+    "cross_dropped_empty", "cross_in_band_frac", "optimizer_steps_skipped",
 )
 
 

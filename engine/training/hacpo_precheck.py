@@ -126,13 +126,23 @@ def band_check(
     else:
         reason = (
             f"only {in_band:.0%} of cross samples would fall inside [lo, 1] (lo {los[0]:.3f}..{los[-1]:.3f}; "
-            f"{below:.0%} below lo, {above:.0%} above 1), under the {threshold:.0%} needed: the learner is short "
-            f"{deficit:.3f} nats per unit of the source's answers (median s {statistics.median(s):.3f}), and a "
-            f"sample needs under {-math.log(los[0]):.3f} to count. HACPO would train almost only on its own "
-            "samples, like GSPO. Change the setting: agents that agree more about each other's answers (the same "
-            "base model warm-started differently), longer answers (s = exp(-D/L)), or larger mini-batches (fewer "
-            "own mini-batches before the cross ones, so a lower m and lo)"
+            f"{below:.0%} below lo, {above:.0%} above 1), under the {threshold:.0%} needed; HACPO would train "
+            "almost only on its own samples, like GSPO. "
         )
+        if below >= above:
+            reason += (
+                f"The learner is short {deficit:.3f} nats per unit of the source's answers (median s "
+                f"{statistics.median(s):.3f}) and a sample needs under {-math.log(los[0]):.3f} to count. Change the "
+                "setting: agents that agree more about each other's answers (the same base model warm-started "
+                "differently), longer answers (s = exp(-D/L)), or larger mini-batches (fewer own mini-batches "
+                "before the cross ones, so a lower m and lo)"
+            )
+        else:
+            reason += (
+                "Most cross answers are likelier under the learner than under their source (s > 1 gets no "
+                "gradient by design): the source has nothing to teach this learner. Change the setting: a source "
+                "stronger where the learner is weak (different task families or budgets), not a near copy"
+            )
     return BandCheck(
         n_answers=len(s), mini_batches=minis, s_median=statistics.median(s), deficit_median=deficit,
         in_band_share=in_band, below_lo_share=below, above_1_share=above, mean_grad_scale=scale,

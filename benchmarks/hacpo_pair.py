@@ -1,0 +1,351 @@
+"""HACPO on a pair and a task where the method can act (issue 28), with a step-0 pre-check that refuses to
+spend compute where it cannot.
+
+Setting, fixed before any RL result (docs/benchmarks/hacpo_pair.md says why): two SmolLM2-135M-Instruct
+agents from the same weights, each supervised (the registry's `nll` loss) on worked answers of one
+operation of `arithmetic_steps` -- `add` on additions, `sub` on subtractions -- so they share a base and the
+answer format (they overlap) but each is weaker on the other's operation (they differ). The task's answers
+are tens of tokens of column work ("Ones: 7 + 8 = 15, write 5 carry 1. Tens: 4 + 3 + 1 = 8. Answer: 85"),
+so a fixed disagreement D about an answer costs only D/L per token: s = exp(-D/L) can land in [lo, 1].
+Mini-batches hold a whole step's own samples (B x G), so the cross samples are mini-batch m = 1 (lo 0.825).
+
+Pre-check (step 0, after the warm starts, before any RL): each agent samples answers (temperature 1, as in
+RL) to prompts of a split disjoint from the test items; the other agent scores them in its own
+tokenisation; `engine.training.hacpo_precheck.band_check` places them at the configured cross mini-batches
+and gives the share inside [lo(m), 1]. Below `--min-in-band` (30%) for either learner the script stops,
+says why and what to change, and runs no RL.
+
+Comparison (only after the pre-check passes): per seed and method a `swarm train` team job from the same
+warm starts and prompt order: HACPO, GSPO, GSPOx2, naive sharing and the paper's ablations (no capability
+baseline, no omega, alpha 0 and 3); held-out greedy accuracy per agent before and after; paired t 95%
+intervals over seeds; per-step diagnostics including `cross_in_band_frac`.
+
+    python benchmarks/hacpo_pair.py --precheck-only --out docs/benchmarks/hacpo_pair   # warm starts + pre-check
+    python benchmarks/hacpo_pair.py --seeds 0 1 2 3 4 --out docs/benchmarks/hacpo_pair  # the comparison
+    python benchmarks/hacpo_pair.py --smoke --out /tmp/hacpo_pair_smoke                # minutes, tiny models
+
+Finished warm starts and runs are reused (benchmarks/hacpo_toy.py's records), so an interrupted comparison
+resumes by running the same command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+import torch  # noqa: E402
+
+from benchmarks.common import loadavg, machine_record  # noqa: E402
+from benchmarks.hacpo_toy import finished, ordering, paired_t, read_run, run_once  # noqa: E402
+from engine.algorithms import HacpoConfig  # noqa: E402
+from engine.algorithms.losses import token_logprobs  # noqa: E402
+from engine.config import ModelConfig  # noqa: E402
+from engine.jobs import TrainJob  # noqa: E402
+from engine.models import LoadedModel, load_model  # noqa: E402
+from engine.tasks import get_task  # noqa: E402
+from engine.tasks.arithmetic import WorkedArithmetic  # noqa: E402
+from engine.tasks.base import HELD_OUT_SEED, Item, split_items  # noqa: E402
+from engine.tracking.chat import render_prompt  # noqa: E402
+from engine.training.hacpo_precheck import DEFAULT_MIN_IN_BAND, BandCheck, band_check  # noqa: E402
+from engine.training.supervised import supervise  # noqa: E402
+
+TASK = "arithmetic_steps"
+PRECHECK_SEED = 30_000  # the pre-check's prompts: their own stream, none of them a test item
+AGENTS = {"add": "+", "sub": "-"}  # agent -> the operation it is warm-started on
+# method name -> (team.method, team.hacpo overrides): the baselines and the paper's ablations
+METHODS: dict[str, tuple[str, dict]] = {
+    "hacpo": ("hacpo", {}),
+    "gspo": ("gspo", {}),
+    "gspox2": ("gspox2", {}),
+    "naive": ("naive", {}),
+    "hacpo-no-baseline": ("hacpo", {"capability_baseline": False}),
+    "hacpo-no-omega": ("hacpo", {"omega_modulation": False}),
+    "hacpo-alpha0": ("hacpo", {"alpha": 0.0}),
+    "hacpo-alpha3": ("hacpo", {"alpha": 3.0}),
+}
+COMPARISONS = (
+    ("hacpo", "gspox2"), ("gspox2", "naive"), ("hacpo", "gspo"),
+    ("hacpo", "hacpo-no-baseline"), ("hacpo", "hacpo-no-omega"), ("hacpo", "hacpo-alpha0"), ("hacpo", "hacpo-alpha3"),
+)
+
+
+# -- warm starts ------------------------------------------------------------------------------------
+def warm_start(agent: str, seed: int, args, runs_root: Path, excluded_ids: set[str]) -> tuple[Path, dict]:
+    """`args.model` supervised on worked answers of `agent`'s operation, skipping the test and pre-check
+    items; one folder per setting and exclusion so a changed setting never reuses other weights."""
+    name = f"{agent}-seed{seed}-{args.sft_steps}x{args.sft_batch}-lr{args.sft_lr:g}-excl{args.eval_size}+{args.precheck_prompts}"
+    out = runs_root / "sft" / name
+    n = 4 * args.sft_steps * args.sft_batch
+    stream = [it for it in WorkedArithmetic(ops=AGENTS[agent]).dataset(n, 5_000 + seed) if it.id not in excluded_ids]
+    info = supervise(
+        ModelConfig(name=args.model), [(it.id, it.prompt, it.extra["worked"]) for it in stream], out,
+        steps=args.sft_steps, batch=args.sft_batch, lr=args.sft_lr, seed=seed, shuffle=False,
+    )
+    return out, info
+
+
+def precheck_items(n: int, test_ids: set[str]) -> list[Item]:
+    """`n` distinct items of the mixed task from PRECHECK_SEED, none of them a held-out test item."""
+    out: dict[str, Item] = {}
+    for it in get_task(TASK).dataset(50 * n + 1000, PRECHECK_SEED):
+        if it.id not in test_ids:
+            out.setdefault(it.id, it)
+        if len(out) == n:
+            return list(out.values())
+    raise ValueError(f"the task has fewer than {n} items outside the test set")
+
+
+# -- pre-check --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Answer:
+    """One sampled reply: its text, the item it answers, and the source's own log-prob of it (EOS excluded)."""
+
+    item: Item
+    text: str
+    ids: tuple[int, ...]  # the source's reply tokens, end-of-turn excluded
+    lp_sum: float
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.ids)
+
+    @property
+    def lp_mean(self) -> float:
+        return self.lp_sum / self.n_tokens
+
+
+def _prompt_ids(loaded: LoadedModel, item: Item) -> list[int]:
+    rendered = render_prompt(loaded.tokenizer, [{"role": "user", "content": item.prompt}], end_of_turn_ids=loaded.end_of_turn_ids)
+    return list(rendered.token_ids)
+
+
+def _reply_logprob(loaded: LoadedModel, prompt_ids: list[int], reply_ids: list[int]) -> float:
+    """Sum of log pi(reply token | prefix) under `loaded`, in one forward pass."""
+    ids = torch.tensor([prompt_ids + reply_ids])
+    with torch.no_grad():
+        logits = loaded.model(input_ids=ids).logits[:, len(prompt_ids) - 1 : -1].float()
+    return float(token_logprobs(logits, ids[:, len(prompt_ids) :]).sum())
+
+
+def sample_answers(loaded: LoadedModel, items: list[Item], per_item: int, max_tokens: int, seed: int) -> list[Answer]:
+    """`per_item` replies per item at temperature 1 (no top-k/top-p, as the RL rollouts), cut at the first
+    end-of-turn token, decoded as the exchange decodes them; the source's log-prob from a forward pass (at
+    step 0 the sampling policy is these weights)."""
+    torch.manual_seed(seed)
+    stop = set(loaded.end_of_turn_ids) | {loaded.tokenizer.eos_token_id}
+    out = []
+    for item in items:
+        prompt = _prompt_ids(loaded, item)
+        with torch.no_grad():
+            gen = loaded.model.generate(
+                input_ids=torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=max_tokens,
+                num_return_sequences=per_item, eos_token_id=sorted(stop), pad_token_id=loaded.tokenizer.pad_token_id,
+            )
+        for row in gen.tolist():
+            reply = row[len(prompt) :]
+            cut = next((i for i, t in enumerate(reply) if t in stop), len(reply))
+            reply = reply[:cut]
+            if reply:
+                text = loaded.tokenizer.decode(reply, skip_special_tokens=True)
+                out.append(Answer(item, text, tuple(reply), _reply_logprob(loaded, prompt, reply)))
+    return out
+
+
+def learner_logprobs(loaded: LoadedModel, answers: list[Answer], normalization: str) -> tuple[list[float], list[float]]:
+    """(lp_k, lp_src) per answer that re-tokenises to something, as the HACPO step computes them: the
+    learner renders the prompt with its own template and re-tokenises the text; per token each side averages
+    over its own tokens, per character both sums are divided by the text's characters."""
+    lp_k, lp_src = [], []
+    for a in answers:
+        ids = list(loaded.tokenizer(a.text, add_special_tokens=False)["input_ids"])
+        if not ids:
+            continue
+        total = _reply_logprob(loaded, _prompt_ids(loaded, a.item), ids)
+        if normalization == "char":
+            chars = max(1, len(a.text))
+            lp_k.append(total / chars)
+            lp_src.append(a.lp_sum / chars)
+        else:
+            lp_k.append(total / len(ids))
+            lp_src.append(a.lp_mean)
+    return lp_k, lp_src
+
+
+def hacpo_config(args, overrides: dict | None = None) -> HacpoConfig:
+    return HacpoConfig(eps_low=args.eps_low, eps_high=args.eps_high, cross_normalization=args.normalization, **(overrides or {}))
+
+
+def precheck(models: dict[str, Path], items: list[Item], args) -> dict:
+    """Each learner's BandCheck on the other agent's sampled answers, and each agent's reward on its own."""
+    loaded = {a: load_model(ModelConfig(name=str(p))) for a, p in models.items()}
+    for m in loaded.values():
+        m.model.eval()
+    answers = {a: sample_answers(m, items, args.precheck_samples, args.max_tokens, seed=PRECHECK_SEED) for a, m in loaded.items()}
+    task = get_task(TASK)
+    out: dict = {"reward": {}, "checks": {}, "answer_tokens": {}}
+    for a, ans in answers.items():
+        by_op: dict[str, list[float]] = {}
+        for x in ans:
+            by_op.setdefault("+" if "+" in x.item.prompt.split("?")[0] else "-", []).append(task.reward(x.text, x.item))
+        out["reward"][a] = {op: statistics.fmean(v) for op, v in sorted(by_op.items())}
+        out["answer_tokens"][a] = statistics.median(x.n_tokens for x in ans)
+    n_own = args.batch * args.group
+    for learner in loaded:
+        source = next(a for a in loaded if a != learner)
+        lp_k, lp_src = learner_logprobs(loaded[learner], answers[source], args.normalization)
+        check: BandCheck = band_check(
+            lp_k, lp_src, n_own=n_own, n_cross=n_own * (len(loaded) - 1), mini_batch_size=args.mini_batch,
+            ppo_epochs=1, cfg=hacpo_config(args), threshold=args.min_in_band,
+        )
+        out["checks"][learner] = check.model_dump()
+    out["passed"] = all(c["passed"] for c in out["checks"].values())
+    return out
+
+
+def precheck_lines(result: dict) -> list[str]:
+    lines = []
+    for learner, c in result["checks"].items():
+        lines.append(
+            f"learner {learner}: {c['in_band_share']:.1%} of {c['n_answers']} cross answers in [lo, 1] (median s {c['s_median']:.3f}, "
+            f"{c['below_lo_share']:.1%} below lo, {c['above_1_share']:.1%} above 1, mean gradient scale s^(alpha+1) {c['mean_grad_scale']:.3f}): "
+            + ("PASS" if c["passed"] else "REFUSED -- " + c["reason"])
+        )
+    for a, r in result["reward"].items():
+        lines.append(f"agent {a}: reward on its own sampled answers {r}, median answer {result['answer_tokens'][a]} tokens")
+    return lines
+
+
+# -- the comparison ---------------------------------------------------------------------------------
+def job_for(seed: int, method: str, agents: dict, args) -> TrainJob:
+    team_method, overrides = METHODS[method]
+    hacpo = {"eps_low": args.eps_low, "eps_high": args.eps_high, "cross_normalization": args.normalization, **overrides}
+    return TrainJob(
+        task=TASK,
+        seed=seed,
+        eval_size=args.eval_size,
+        temperature=1.0,
+        max_tokens=args.max_tokens,
+        concurrency=args.batch * args.group,
+        keep_final_checkpoint=False,
+        swarm={
+            "pool": {"batch_size": args.batch, "group_size": args.group},
+            "training": {"max_steps": args.steps, "mini_batch_size": args.mini_batch, "micro_batch_size": min(8, args.mini_batch), "checkpoint_every": 0},
+        },
+        team={"method": team_method, "agents": agents, "hacpo": hacpo},
+    )
+
+
+def compare(runs: dict, agents: list[str], seeds: list[int], methods: list[str]) -> dict:
+    out: dict = {}
+    for a, b in COMPARISONS:
+        if a in methods and b in methods:
+            for agent in agents:
+                diffs = [runs[(s, a)]["after"][agent] - runs[(s, b)]["after"][agent] for s in seeds]
+                mean, lo, hi = paired_t(diffs)
+                out[f"{a} - {b} / {agent}"] = {"mean": mean, "ci95": [lo, hi], "diffs": diffs}
+    return out
+
+
+def markdown(report: dict, agents: list[str], methods: list[str], seeds: list[int], runs: dict) -> str:
+    lines = [
+        "# HACPO pair comparison (generated)", "",
+        f"Command: `{report['command']}`", f"Machine: {report['machine']['cpu_count']} cores, torch {report['machine']['torch']}; {report['compute_s'] / 60:.1f} min of runs.", "",
+        "Pre-check:", "", *[f"- {x}" for x in precheck_lines(report["precheck"])], "",
+        "| method | " + " | ".join(agents) + " | cross in band (mean over steps) |", "|---|" + "---|" * (len(agents) + 1),
+    ]
+    for m in methods:
+        acc = " | ".join(f"{statistics.fmean(runs[(s, m)]['after'][a] for s in seeds):.3f}" for a in agents)
+        band = [r["cross_in_band_frac"] for s in seeds for st in runs[(s, m)]["steps"].values() for r in st if "cross_in_band_frac" in r]
+        lines.append(f"| {m} | {acc} | {statistics.fmean(band):.3f} |" if band else f"| {m} | {acc} | - |")
+    lines += ["", f"Paired differences over {len(seeds)} seeds (t 95% interval):", "", "| comparison | mean | 95% CI | half-width |", "|---|---|---|---|"]
+    for k, v in report["comparisons"].items():
+        lines.append(f"| {k} | {v['mean']:+.3f} | [{v['ci95'][0]:+.3f}, {v['ci95'][1]:+.3f}] | {(v['ci95'][1] - v['ci95'][0]) / 2:.3f} |")
+    lines += ["", f"Ordering (mean over agents): {report['ordering']}", ""]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    ap.add_argument("--model", default="smollm2-135m", help="both agents' base model")
+    ap.add_argument("--sft-steps", type=int, default=120)
+    ap.add_argument("--sft-batch", type=int, default=8)
+    ap.add_argument("--sft-lr", type=float, default=5e-5)
+    ap.add_argument("--steps", type=int, default=20, help="RL steps per run")
+    ap.add_argument("--batch", type=int, default=8, help="prompts per step (B)")
+    ap.add_argument("--group", type=int, default=4, help="responses per prompt and agent (G)")
+    ap.add_argument("--mini-batch", type=int, default=32, help="B x G puts all own samples in m0 and the cross ones in m1")
+    ap.add_argument("--lr", type=float, default=1e-5, help="both agents' RL lr")
+    ap.add_argument("--eps-low", type=float, default=3e-3, help="own-sample GSPO clip, re-tuned for toy scale")
+    ap.add_argument("--eps-high", type=float, default=4e-3)
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--eval-size", type=int, default=300)
+    ap.add_argument("--normalization", choices=["token", "char"], default="token", help="same tokenizer: the spec's per-token s")
+    ap.add_argument("--precheck-prompts", type=int, default=8)
+    ap.add_argument("--precheck-samples", type=int, default=4, help="answers per pre-check prompt and agent")
+    ap.add_argument("--min-in-band", type=float, default=DEFAULT_MIN_IN_BAND, help="refuse below this in-band share")
+    ap.add_argument("--precheck-only", action="store_true", help="warm starts and the pre-check, no RL")
+    ap.add_argument("--out", default="docs/benchmarks/hacpo_pair")
+    ap.add_argument("--runs", default="runs/hacpo_pair")
+    ap.add_argument("--smoke", action="store_true", help="tiny models and sizes: checks the pipeline in minutes")
+    args = ap.parse_args()
+    if args.smoke:
+        args.model, args.sft_steps, args.sft_batch, args.steps, args.batch, args.group = "tiny", 2, 4, 1, 2, 2
+        args.mini_batch, args.eval_size, args.max_tokens, args.seeds = 4, 2, 16, args.seeds[:1]
+        args.precheck_prompts, args.precheck_samples = 2, 2
+    load_before, t0 = loadavg(), time.time()
+    runs_root, out = Path(args.runs), Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    test_ids = {it.id for it in split_items(get_task(TASK), 0, args.eval_size, 0, HELD_OUT_SEED)[1]}
+    items = precheck_items(args.precheck_prompts, test_ids)
+    excluded = test_ids | {it.id for it in items}
+
+    warm = {seed: {a: warm_start(a, seed, args, runs_root, excluded) for a in AGENTS} for seed in args.seeds}
+    t_pre = time.time()
+    result = precheck({a: warm[args.seeds[0]][a][0] for a in AGENTS}, items, args)
+    result.update(seed=args.seeds[0], wall_s=time.time() - t_pre, command=shlex.join(["python", "benchmarks/hacpo_pair.py", *sys.argv[1:]]),
+                  machine=machine_record(load_before), sft={a: info for a, (_, info) in warm[args.seeds[0]].items()})
+    Path(f"{out}_precheck.json").write_text(json.dumps(result, indent=2, default=str))
+    print("\n".join(precheck_lines(result)), flush=True)
+    if not result["passed"]:
+        raise SystemExit("pre-check refused this setting: no RL run started (see above for why and what to change)")
+    if args.precheck_only:
+        return
+
+    runs, compute_s = {}, sum(info["wall_s"] for seed in warm.values() for _, info in seed.values())
+    for seed in args.seeds:
+        agents = {a: {"model": {"name": str(warm[seed][a][0].resolve())}, "lr": args.lr} for a in AGENTS}
+        for method in args.methods:
+            run_dir = runs_root / f"seed{seed}-{method}"
+            job = job_for(seed, method, agents, args)
+            record = finished(run_dir, job) or run_once(run_dir, job)
+            compute_s += record["wall_s"]
+            summary = json.loads((run_dir / "summary.json").read_text())
+            runs[(seed, method)] = read_run(run_dir, summary)
+            print(f"seed {seed} {method}: before {summary.get('accuracy_before')} after {summary.get('accuracy_after')}", flush=True)
+    names = list(AGENTS)
+    score = {m: statistics.fmean(runs[(s, m)]["after"][a] for s in args.seeds for a in names) for m in args.methods}
+    report = {
+        "command": result["command"], "machine": result["machine"], "wall_s": time.time() - t0, "compute_s": compute_s,
+        "config": vars(args), "precheck": result, "comparisons": compare(runs, names, args.seeds, args.methods),
+        "ordering": ordering(score), "runs": {f"seed{s}-{m}": r for (s, m), r in runs.items()},
+    }
+    out.with_suffix(".json").write_text(json.dumps(report, indent=2, default=str))
+    Path(f"{out}_results.md").write_text(markdown(report, names, args.methods, args.seeds, runs))
+    print(json.dumps({k: report[k] for k in ("comparisons", "ordering", "wall_s")}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,57 @@
+"""benchmarks/hacpo_pair.py: the step-0 pre-check on real (tiny) models refuses a pair that cannot share
+and passes one that can, and every method of the comparison runs the same pair, seed and prompts."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+from tests_support import load_benchmark
+
+hp = load_benchmark("hacpo_pair")
+
+
+def _args(**kw) -> argparse.Namespace:
+    base = dict(
+        precheck_samples=2, max_tokens=12, normalization="token", batch=2, group=2, mini_batch=4, eps_low=3e-3,
+        eps_high=4e-3, min_in_band=0.3, eval_size=4, steps=1, lr=1e-5,
+    )
+    return argparse.Namespace(**{**base, **kw})
+
+
+@pytest.fixture(scope="module")
+def items():
+    return hp.precheck_items(3, set())
+
+
+def test_the_precheck_refuses_a_pair_whose_cross_samples_fall_below_the_band(items):
+    # Untrained tiny (BPE) and tiny-bytes disagree by nats per token about each other's replies: s << lo.
+    result = hp.precheck({"a": "tiny", "b": "tiny-bytes"}, items, _args())
+    assert not result["passed"]
+    for check in result["checks"].values():
+        assert not check["passed"] and check["n_answers"] > 0
+        assert check["in_band_share"] < 0.3 and "HACPO would train almost only on its own samples" in check["reason"]
+
+
+def test_a_learner_scoring_answers_of_its_own_weights_gets_s_1_and_passes(items):
+    # The same weights on both sides: every answer whose text re-tokenises to the sampled ids has lp_k = lp_src
+    # exactly (the same forward pass), so s = 1, inside the band; a random model's garbage may not round-trip.
+    loaded = hp.load_model(hp.ModelConfig(name="tiny"))
+    answers = hp.sample_answers(loaded, items, 2, 12, seed=0)
+    lp_k, lp_src = hp.learner_logprobs(loaded, answers, "token")
+    same = [(k, j) for a, k, j in zip(answers, lp_k, lp_src, strict=True) if list(a.ids) == loaded.tokenizer(a.text, add_special_tokens=False)["input_ids"]]
+    assert same and all(k == j for k, j in same)
+    result = hp.precheck({"a": "tiny", "b": "tiny"}, items, _args())
+    assert result["passed"] and all(c["in_band_share"] >= 0.3 for c in result["checks"].values())
+
+
+def test_every_method_runs_the_same_pair_on_the_same_prompts_and_ablations_set_one_flag():
+    agents = {"add": {"model": {"name": "tiny"}}, "sub": {"model": {"name": "tiny"}}}
+    jobs = {m: hp.job_for(1, m, agents, _args()) for m in hp.METHODS}
+    assert {j.seed for j in jobs.values()} == {1} and {j.task for j in jobs.values()} == {"arithmetic_steps"}
+    assert {m: j.team.method.value for m, j in jobs.items()} == {m: hp.METHODS[m][0] for m in hp.METHODS}
+    base = jobs["hacpo"].team.hacpo
+    assert not jobs["hacpo-no-baseline"].team.hacpo.capability_baseline and base.capability_baseline
+    assert not jobs["hacpo-no-omega"].team.hacpo.omega_modulation and base.omega_modulation
+    assert (jobs["hacpo-alpha0"].team.hacpo.alpha, base.alpha, jobs["hacpo-alpha3"].team.hacpo.alpha) == (0.0, 1.0, 3.0)
+    assert jobs["hacpo-alpha3"].team.hacpo.model_dump(exclude={"alpha"}) == base.model_dump(exclude={"alpha"})
