@@ -47,7 +47,6 @@ import torch  # noqa: E402
 
 from benchmarks.common import loadavg, machine_record  # noqa: E402
 from benchmarks.hacpo_toy import finished, ordering, paired_t, read_run, run_once  # noqa: E402
-from engine.algorithms import HacpoConfig  # noqa: E402
 from engine.algorithms.losses import token_logprobs  # noqa: E402
 from engine.config import ModelConfig  # noqa: E402
 from engine.jobs import TrainJob  # noqa: E402
@@ -182,10 +181,6 @@ def learner_logprobs(loaded: LoadedModel, answers: list[Answer], normalization: 
     return lp_k, lp_src
 
 
-def hacpo_config(args, overrides: dict | None = None) -> HacpoConfig:
-    return HacpoConfig(eps_low=args.eps_low, eps_high=args.eps_high, cross_normalization=args.normalization, **(overrides or {}))
-
-
 def precheck(models: dict[str, Path], items: list[Item], args) -> dict:
     """Each learner's BandCheck on the other agent's sampled answers, and each agent's reward on its own."""
     loaded = {a: load_model(ModelConfig(name=str(p))) for a, p in models.items()}
@@ -200,13 +195,15 @@ def precheck(models: dict[str, Path], items: list[Item], args) -> dict:
             by_op.setdefault("+" if "+" in x.item.prompt.split("?")[0] else "-", []).append(task.reward(x.text, x.item))
         out["reward"][a] = {op: statistics.fmean(v) for op, v in sorted(by_op.items())}
         out["answer_tokens"][a] = statistics.median(x.n_tokens for x in ans)
-    n_own = args.batch * args.group
+    # the step layout and HACPO coefficients of the comparison's own HACPO job, so the check cannot drift from it
+    job = job_for(0, "hacpo", {a: {"model": {"name": str(p)}} for a, p in models.items()}, args)
+    n_own = job.swarm.pool.batch_size * job.swarm.pool.group_size
     for learner in loaded:
         source = next(a for a in loaded if a != learner)
         lp_k, lp_src = learner_logprobs(loaded[learner], answers[source], args.normalization)
         check: BandCheck = band_check(
-            lp_k, lp_src, n_own=n_own, n_cross=n_own * (len(loaded) - 1), mini_batch_size=args.mini_batch,
-            ppo_epochs=1, cfg=hacpo_config(args), threshold=args.min_in_band,
+            lp_k, lp_src, n_own=n_own, n_cross=n_own * (len(loaded) - 1), mini_batch_size=job.swarm.training.mini_batch_size,
+            ppo_epochs=job.swarm.training.ppo_epochs, cfg=job.team.hacpo, threshold=args.min_in_band,
         )
         out["checks"][learner] = check.model_dump()
     out["passed"] = all(c["passed"] for c in out["checks"].values())
