@@ -98,7 +98,9 @@ class HacpoTrainer(TorchTrainer):
                     if metrics.get("cross_below_lo_frac") is not None:
                         per_m.setdefault(f"cross_below_lo_frac/m{m}", []).append(metrics["cross_below_lo_frac"])
                         n_cross = float((cross[rows] & (fw.mask_BT.sum(-1) > 0)).sum())  # as the loss counts
-                        in_band = n_cross * (1.0 - metrics["cross_below_lo_frac"] - metrics.get("cross_above_1_frac", 0.0))
+                        unclipped = self.hacpo_cfg.naive_sharing or not self.hacpo_cfg.cross_clip  # no band: all count
+                        outside = 0.0 if unclipped else metrics["cross_below_lo_frac"] + metrics.get("cross_above_1_frac", 0.0)
+                        in_band = n_cross * (1.0 - outside)
                         cross_seen, cross_in_band = cross_seen + n_cross, cross_in_band + in_band
                         per_m.setdefault(f"cross_in_band_frac/m{m}", []).append(in_band / n_cross)
                 if _has_gradient(self.params):

@@ -146,6 +146,34 @@ def test_hacpo_step_does_not_depend_on_the_micro_batch_size(tok):
     assert math.isclose(m1["grad_norm/m1"], m4["grad_norm/m1"], rel_tol=1e-4)
 
 
+def test_naive_sharing_counts_every_cross_sample_as_carrying_gradient(tok):
+    """Naive sharing has no clip band: the same far-off cross samples that HACPO discards all train it, and
+    cross_in_band_frac says so (it is the share of cross samples that carry gradient)."""
+    from engine.backends.torch.hacpo_trainer import HacpoTrainer
+
+    loaded = load_model(ModelConfig(name="tiny-bytes"))
+    cfg = SwarmConfig(
+        model={"name": "tiny-bytes"},
+        collaboration={"agent": "a", "method": "naive"},
+        pool={"policy": "any_client_agrees"},
+        training={"lr": 1e-2, "mini_batch_size": 4, "micro_batch_size": 2},
+    )
+    trainer = HacpoTrainer(loaded.model, loaded.tokenizer.pad_token_id, cfg)
+    metrics = trainer.train_step(_far_cross_batch(loaded.tokenizer))
+    assert metrics["cross_below_lo_frac/m1"] == 1.0  # s is still far below lo ...
+    assert metrics["cross_in_band_frac"] == 1.0 and metrics["optimizer_steps"] == 2  # ... yet every sample trains
+
+
+def _far_cross_batch(tokenizer) -> list[EpisodeResult]:
+    """Four own replies (mean log-prob -3) and four cross replies from a source nearly sure of them (-0.01)."""
+    batch = []
+    for i, (text, r) in enumerate([("5", 1.0), ("41", 0.0), ("5!", 1.0), ("x", 0.0)]):
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        batch.append(_own(tokenizer, f"a{i}", "t", text, r, [-3.0] * len(ids), eos=False))
+        batch.append(import_sample(_shared("b", f"b{i}", "t", text[::-1] + "0", 1.0 - r, lp=-0.01), tokenizer, [], 4096))
+    return batch
+
+
 def test_a_mini_batch_without_gradient_takes_no_optimizer_step(tok):
     """Cross samples far below the clip band carry no gradient: their mini-batch must leave the weights as the
     own mini-batch left them (an AdamW step on a zero gradient still moves them through momentum)."""
@@ -163,13 +191,8 @@ def test_a_mini_batch_without_gradient_takes_no_optimizer_step(tok):
     after_step: list[tuple[torch.Tensor, list[torch.Tensor]]] = []  # weights and AdamW state after each step
     step = trainer.optimizer_step
     trainer.optimizer_step = lambda: (step(), after_step.append((_flat_weights(trainer), _optimizer_tensors(trainer))))[0]
-    batch = []
-    for i, (text, r) in enumerate([("5", 1.0), ("41", 0.0), ("5!", 1.0), ("x", 0.0)]):
-        ids = loaded.tokenizer(text, add_special_tokens=False)["input_ids"]
-        batch.append(_own(loaded.tokenizer, f"a{i}", "t", text, r, [-3.0] * len(ids), eos=False))
-        # A source nearly sure of its reply (mean log-prob -0.01) against a random learner's ~-5.5 per byte:
-        # s = exp(lp_learner - lp_src) ~ 0.004, far below lo for every cross sample.
-        batch.append(import_sample(_shared("b", f"b{i}", "t", text[::-1] + "0", 1.0 - r, lp=-0.01), loaded.tokenizer, [], 4096))
+    # a random learner's ~-5.5 per byte against the source's -0.01: s ~ 0.004, far below lo for every cross sample
+    batch = _far_cross_batch(loaded.tokenizer)
     metrics = trainer.train_step(batch)
     assert metrics["optimizer_steps"] == 1 and metrics["optimizer_steps_skipped"] == 1
     assert metrics["cross_below_lo_frac/m1"] == 1.0 and metrics["cross_in_band_frac"] == 0.0
