@@ -3,7 +3,7 @@ spend compute where it cannot.
 
 Setting, fixed before any RL result (docs/benchmarks/hacpo_pair.md says why): two SmolLM2-135M-Instruct
 agents from the same weights, each supervised (the registry's `nll` loss) on worked answers of one
-operation of `arithmetic_steps` -- `add` on additions, `sub` on subtractions -- so they share a base and the
+operation of `column_arithmetic` -- `add` on additions, `sub` on subtractions -- so they share a base and the
 answer format (they overlap) but each is weaker on the other's operation (they differ). The task's answers
 are tens of tokens of column work ("Ones: 7 + 8 = 15, write 5 carry 1. Tens: 4 + 3 + 1 = 8. Answer: 85"),
 so a fixed disagreement D about an answer costs only D/L per token: s = exp(-D/L) can land in [lo, 1].
@@ -58,7 +58,7 @@ from engine.tracking.chat import render_prompt  # noqa: E402
 from engine.training.hacpo_precheck import DEFAULT_MIN_IN_BAND, BandCheck, band_check  # noqa: E402
 from engine.training.supervised import supervise  # noqa: E402
 
-TASK = "arithmetic_steps"
+TASK = "column_arithmetic"
 PRECHECK_SEED = 30_000  # the pre-check's prompts: their own stream, none of them a test item
 AGENTS = {"add": "+", "sub": "-"}  # agent -> the operation it is warm-started on
 # method name -> (team.method, team.hacpo overrides): the baselines and the paper's ablations

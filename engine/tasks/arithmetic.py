@@ -1,7 +1,7 @@
 """Single-turn arithmetic: "What is 23 + 41?" with reward 1 when the last integer of the reply is right.
 
 Built-ins: `arithmetic` (additions) and `arithmetic_pm` (additions and subtractions, the toy task of the
-HACPO reproduction, where two agents are each taught one operation), and `arithmetic_steps` (two-digit
+HACPO reproduction, where two agents are each taught one operation), and `column_arithmetic` (two-digit
 additions and subtractions answered column by column: the reference answer is tens of tokens of worked
 steps, so HACPO's per-token ratio s = exp(-D/L) of another agent's answer can land in its clip band).
 """
@@ -40,7 +40,7 @@ class WorkedArithmetic(Arithmetic):
     """Two-digit a + b or a - b (a >= b for subtractions) whose reference answer shows the column work and
     ends with "Answer: N"; the reward is still the last integer of the reply (`Arithmetic.reward`)."""
 
-    def __init__(self, ops: str = "+-", name: str = "arithmetic_steps") -> None:
+    def __init__(self, ops: str = "+-", name: str = "column_arithmetic") -> None:
         super().__init__(low=10, high=99, ops=ops, name=name)
 
     def dataset(self, n: int, seed: int) -> list[Item]:

@@ -48,7 +48,7 @@ def test_a_learner_scoring_answers_of_its_own_weights_gets_s_1_and_passes(items)
 def test_every_method_runs_the_same_pair_on_the_same_prompts_and_ablations_set_one_flag():
     agents = {"add": {"model": {"name": "tiny"}}, "sub": {"model": {"name": "tiny"}}}
     jobs = {m: hp.job_for(1, m, agents, _args()) for m in hp.METHODS}
-    assert {j.seed for j in jobs.values()} == {1} and {j.task for j in jobs.values()} == {"arithmetic_steps"}
+    assert {j.seed for j in jobs.values()} == {1} and {j.task for j in jobs.values()} == {"column_arithmetic"}
     assert {m: j.team.method.value for m, j in jobs.items()} == {m: hp.METHODS[m][0] for m in hp.METHODS}
     base = jobs["hacpo"].team.hacpo
     assert not jobs["hacpo-no-baseline"].team.hacpo.capability_baseline and base.capability_baseline

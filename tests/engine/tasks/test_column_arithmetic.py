@@ -1,4 +1,4 @@
-"""arithmetic_steps: two-digit additions and subtractions whose reference answer shows the column work."""
+"""column_arithmetic: two-digit additions and subtractions whose reference answer shows the column work."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def test_worked_steps_by_hand():
 
 
 def test_every_item_is_rewarded_for_its_own_working_and_not_for_another_answer():
-    task = get_task("arithmetic_steps")
+    task = get_task("column_arithmetic")
     items = task.dataset(200, 3)
     assert {it.prompt.split()[3] for it in items} == {"+", "-"} and all(it.answer >= 0 for it in items)
     assert all(task.reward(it.extra["worked"], it) == 1.0 for it in items)
