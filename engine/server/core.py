@@ -87,6 +87,11 @@ def training_order(e: EpisodeResult) -> tuple[str, int, int]:
 
 # A client not heard from for this long no longer counts as active for the agree policies.
 CLIENT_ACTIVE_S = 30.0
+# How long an end or prepare waits for the episode's calls in flight. A client that hung up on a call and
+# ends at once is right to: the server sees a dropped stream only at its next send and then cancels the
+# call, recording nothing; refusing the end in that moment would lose the episode to a race the client
+# cannot see. A call still running after this long is a client ending mid-call, refused as before.
+CALLS_SETTLE_S = 10.0
 
 
 class SwarmServer:
@@ -235,6 +240,7 @@ class SwarmServer:
         A repeated end with the same key (a client whose answer was lost) gets the first end's answer,
         waiting for it if that end is still being written; the episode never enters the pool twice.
         """
+        await self._calls_settled(api_key)
         ending = self._ending.get(api_key)
         if ending is not None:
             return await asyncio.shield(ending)
@@ -289,6 +295,21 @@ class SwarmServer:
         self._maybe_trigger()
         return True, ""
 
+    async def _calls_settled(self, api_key: str) -> None:
+        """Wait up to CALLS_SETTLE_S for a live episode's calls in flight to finish (or be cancelled).
+
+        Returns at once for an episode already finished or being ended (the caller answers those); the
+        caller checks again after this, with no await in between, and refuses if calls still run."""
+        deadline = time.monotonic() + CALLS_SETTLE_S
+        while time.monotonic() < deadline and api_key not in self._ending:
+            try:
+                ep = self.episodes.get(api_key)
+            except SwarmError:  # unknown or finished: the caller's own checks answer it
+                return
+            if not ep.calls_in_flight:
+                return
+            await asyncio.sleep(0.02)
+
     async def _durable(self, written: Future[None], what: str) -> None:
         """Wait until a journal write is on disk before answering; a failed write is a 503 (the client may
         retry: repeats are idempotent) and the server's error. Shielded: a client that hangs up must not
@@ -310,6 +331,7 @@ class SwarmServer:
         Answers once the prepare record is durable. A repeated prepare with the same key and group (a
         client whose answer was lost) gets the first one's answer, waiting for it while it is written.
         """
+        await self._calls_settled(api_key)
         ending = self._ending.get(api_key)
         done = await asyncio.shield(ending) if ending is not None else self.episodes.outcome(api_key)
         if done is not None:

@@ -83,3 +83,40 @@ def test_a_non_streamed_call_whose_client_left_stops_and_records_nothing(live_se
         generated = _tokens_when_idle(srv) - before
         assert generated < LONG // 3, f"{generated} tokens generated after the client left"
         _assert_nothing_recorded(srv, c, ep)
+
+
+def test_an_end_sent_before_the_server_saw_a_hang_up_waits_for_the_call_and_keeps_only_what_was_received(live_server):
+    """A client that hangs up on a stream and ends the episode at once (the load test's clients do) must
+    not be refused for a call the server has not yet seen is gone: it notices a dropped stream only at its
+    next send. That moment is held open here on purpose: the end goes out while the stream's connection
+    still stands, and the stream is dropped 0.3 s later. The end waits for the cancelled call to unwind,
+    then pools the episode with the reply that was received and nothing of the dropped one. Before the
+    fix the end was answered 400 "calls in flight" at once (benchmarks/server_load.py saw it under load)."""
+    import asyncio
+
+    srv = live_server()
+
+    async def run(ep) -> tuple[str, bool, httpx.Response]:
+        async with httpx.AsyncClient(timeout=120) as http:
+            first = await http.post(ep.base_url + "/chat/completions", headers=_auth(ep.api_key),
+                                    json={"model": "tiny", "messages": MSGS, "max_tokens": 8, "seed": 1})
+            assert first.status_code == 200
+            body = {"model": "tiny", "messages": MSGS, "max_tokens": LONG, "stream": True, "seed": 2}
+            async with http.stream("POST", ep.base_url + "/chat/completions", json=body, headers=_auth(ep.api_key)) as r:
+                lines = r.aiter_lines()  # held, so the stream stays open until closed below
+                while not (await lines.__anext__()).startswith("data: {"):
+                    pass
+                end = asyncio.ensure_future(
+                    http.post(ep.base_url + "/episode/end", headers=_auth(ep.api_key), json={"reward": 1.0}))
+                await asyncio.sleep(0.3)
+                waited = not end.done()
+                await r.aclose()  # the connection goes mid-reply
+            return first.json()["choices"][0]["message"]["content"], waited, await end
+
+    with srv.client() as c:
+        ep = c.begin_episode("t")
+        text, waited, end = asyncio.run(run(ep))
+    assert end.status_code == 200, end.text
+    assert waited and end.json()["accepted"] is True
+    trained = [b.text for g in srv.server.pool.groups.values() for e in g for t in e.timelines for b in t.blocks if b.trainable]
+    assert trained == [text]
