@@ -166,7 +166,8 @@ def audit_history(
     return report
 
 
-def _json_lines(path: Path) -> list[dict]:
+def read_json_lines(path: Path) -> list[dict]:
+    """The JSON object lines of a journal or metrics file; a torn or non-object line is skipped, as the pool does."""
     if not path.exists():
         return []
     out = []
@@ -188,8 +189,8 @@ def audit_run_dir(run_dir: str | Path, eval_items: int | None = None) -> AuditRe
         raise FileNotFoundError(2, "not a swarm run dir (no swarm_config.yaml)", str(config_path))
     config = yaml.safe_load(config_path.read_text()) or {}
     group_size = int(((config.get("pool") or {}).get("group_size")) or 1)
-    journal = _json_lines(run_dir / "pool.journal.jsonl")
-    metrics = _json_lines(run_dir / "metrics.jsonl")
+    journal = read_json_lines(run_dir / "pool.journal.jsonl")
+    metrics = read_json_lines(run_dir / "metrics.jsonl")
     return audit_history(journal, metrics, group_size=group_size, eval_items=eval_items)
 
 
