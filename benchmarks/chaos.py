@@ -25,7 +25,7 @@ campaign had finished is recorded as skipped, not as a kill. Every violation is 
 
     python benchmarks/chaos.py --job-trials 30 --campaign-trials 6 --out docs/benchmarks/chaos.json --md docs/benchmarks/chaos.md
     python benchmarks/chaos.py --smoke --out /tmp/chaos.json     # one short trial of each kind
-    python benchmarks/chaos.py --model smollm2-135m --job-trials 2 --job-kills 4 --job-delays 2 40 --campaign-trials 0 --seed 0 --out docs/benchmarks/chaos_smollm2.json --md docs/benchmarks/chaos_smollm2.md
+    python benchmarks/chaos.py --model smollm2-135m --job-trials 2 --job-kills 5 --job-delays 2 40 --campaign-trials 0 --seed 0 --out docs/benchmarks/chaos_smollm2.json --md docs/benchmarks/chaos_smollm2.md
 """
 
 from __future__ import annotations
@@ -244,8 +244,9 @@ def job_trial(index: int, seed: int, work: Path, reference: Path, kills: int,
             while time.monotonic() < deadline and proc.poll() is None:
                 time.sleep(0.05)
             waited = _await(lambda p=proc: p.poll() is not None, lambda p=proc, k=kind: _job_target_up(p, k))
+            at = _last_line(log)
             hit = _kill_job_process(proc, kind) if proc.poll() is None else False
-            events.append({"kind": kind, "after_s": delay, "waited_s": waited, "hit": hit})
+            events.append({"kind": kind, "after_s": delay, "waited_s": waited, "hit": hit, "log": at})
             if kind == "client" and proc.poll() is not None:
                 # the job is gone (killed, or it had finished): run the same command again
                 proc = subprocess.Popen(_train_cmd(job_yaml, run_dir), stdout=open(log, "a"), stderr=subprocess.STDOUT)
@@ -268,6 +269,16 @@ def _summary(run_dir: Path) -> dict[str, Any]:
     summary["global_step"] = final.get("global_step")
     return summary
 
+
+
+def _last_line(log: Path) -> str:
+    """The job's last log line (progress bars' redraws split too): where a kill landed."""
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return ""
+    lines = [ln.strip() for ln in text.replace("\r", "\n").splitlines() if ln.strip()]
+    return lines[-1][:120] if lines else ""
 
 
 def _trial_record(index: int, kind: str, schedule, events: list, started: float, violations: list, **extra) -> dict:
@@ -537,10 +548,7 @@ def markdown(result: dict[str, Any]) -> str:
     ]
     for k, n in s["kills_per_process"].items():
         lines.append(f"| {k} | {n} | {s['skipped_per_process'].get(k, 0)} |")
-    lines += [
-        "",
-        "What a trial is (see the docstring of `benchmarks/chaos.py`):",
-        "",
+    job_bullet = [
         f"- **job trial**: `swarm train` of the model `{model}`, {JOB_STEPS} steps of 2 tasks x 3 episodes, reproducible runs "
         f"(`inference.batch_invariant`), a checkpoint every 2 steps, {EVAL_SIZE} held-out items before and after. "
         f"{per_trial('job')} kills scheduled per trial, each of the server (the job restarts it) or of the job's client "
@@ -548,6 +556,8 @@ def markdown(result: dict[str, Any]) -> str:
         "job exits 0; `swarm audit` holds with every evaluation counting all items; every (task, index) episode "
         "accepted once and the same ones as the undisturbed run; every metric but the wall-clock ones and the "
         "summary identical, bit for bit, to an undisturbed run with the same seed.",
+    ]
+    campaign_bullet = [
         f"- **campaign trial**: a small A3R campaign (the offline policy's calibration of 2 seeds x 2 steps, then "
         f"its re-pilot at 4 steps: 2 stages, 4 runs, tiny model) run by a leader subprocess with its monitor and 2 tmux slots. {per_trial('campaign')} kills scheduled per trial, each of "
         "an A3R worker of a running attempt, the leader (the trial restarts it, as `a3r resume` would), the monitor "
@@ -555,6 +565,13 @@ def markdown(result: dict[str, Any]) -> str:
         "finishes with its report; no run lost or created twice; exactly one succeeded attempt per run; every "
         "run's engine run dir passes the audit; the report's conclusion and every run's per-step series identical "
         "to an undisturbed campaign's.",
+    ]
+    lines += [
+        "",
+        "What a trial is (see the docstring of `benchmarks/chaos.py`):",
+        "",
+        *(job_bullet if s["trials"]["job"] else []),
+        *(campaign_bullet if s["trials"]["campaign"] else []),
         "",
         "A kill whose moment comes while its target is between lives (a server being restarted, no attempt "
         "running yet) waits for it and lands as soon as it is up (`waited_s` in the JSON)."
@@ -580,6 +597,12 @@ def markdown(result: dict[str, Any]) -> str:
             v += (f" (rechecked from its kept files with the fixed comparison; the run itself reported: "
                   f"{'; '.join(t['rechecked']['first_violations'])}: a tuple-vs-list artifact of --resume)")
         lines.append(f"| {t['kind']} {t['trial']} | {kills} | {skipped} | {t['wall_s']} | {v} |")
+    landed = [(t, e) for t in result["trials"] for e in t["events"] if e.get("log")]
+    if landed:
+        lines += ["", "Where each job kill landed (the job's last log line at that moment):", "",
+                  "| trial | process | after s | last log line |", "|---|---|---:|---|"]
+        lines += [f"| {t['kind']} {t['trial']} | {e['kind']} | {e['after_s']} | `{e['log'].replace('|', '/')}` |"
+                  for t, e in landed]
     return "\n".join(lines) + "\n"
 
 
