@@ -326,7 +326,8 @@ def run_load(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     from engine.jobs import ServerProcess
 
     run_dir = work / "run"
-    server = ServerProcess(run_dir=run_dir, log_path=work / "server.log")
+    # Booting is not what is measured: a loaded machine may take minutes to import torch and load the model.
+    server = ServerProcess(run_dir=run_dir, log_path=work / "server.log", health_timeout_s=600.0)
     probe_out = work / "health.jsonl"
     prober = None
     try:
