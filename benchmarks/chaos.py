@@ -527,7 +527,7 @@ def markdown(result: dict[str, Any]) -> str:
     model = result.get("model", "tiny")  # results from before --model existed are all tiny
     lo, hi = result.get("job_delays", (0.5, 6.0))
     if model == "tiny":
-        not_covered = ("SmolLM2 (its job trials are a separate run, `docs/benchmarks/chaos_smollm2.md`; no campaign "
+        not_covered = ("SmolLM2 (its job trials are a separate run, [chaos_smollm2.md](chaos_smollm2.md); no campaign "
                        "trials on it), ")
     else:
         not_covered = f"campaign trials on {model} (job trials only: a restart of it costs many seconds here), "

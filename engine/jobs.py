@@ -212,6 +212,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+# How long a starting server may take to answer /health. A server that exits is noticed at once; this
+# only bounds one that hangs before answering. On a loaded 2-core machine (load 20+) importing torch alone
+# took over 60 s, the old limit, and `swarm train` died with a traceback while its server was coming up.
+SERVER_BOOT_TIMEOUT_S = 600.0
+
+
 class ServerProcess:
     """A `swarm serve` subprocess on loopback with a fresh admin token.
 
@@ -225,7 +231,7 @@ class ServerProcess:
         run_dir: Path | None,
         log_path: Path | None = None,
         port: int | None = None,
-        health_timeout_s: float = 60.0,
+        health_timeout_s: float = SERVER_BOOT_TIMEOUT_S,
         a3r_metrics: bool = True,
     ) -> None:
         self.port = port or free_port()
