@@ -181,11 +181,11 @@ def probe(url: str, pid: int, out: Path, interval: float) -> None:
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
     server = psutil.Process(pid)
-    t0 = time.monotonic()
     with open(out, "a") as f, httpx.Client(timeout=30.0) as http:
         while not stop:
             started = time.monotonic()
-            sample: dict[str, Any] = {"t": round(started - t0, 3), "status": None, "error": None}
+            # CLOCK_MONOTONIC is one clock for every process: `t` lines up with the load's start and end.
+            sample: dict[str, Any] = {"t": round(started, 3), "status": None, "error": None}
             try:
                 sample["status"] = http.get(url + "/health").status_code
             except httpx.HTTPError as e:
@@ -342,6 +342,7 @@ def run_load(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         started = time.monotonic()
         episodes = asyncio.run(drive(server.url, server.token, plans))
         load_s = time.monotonic() - started
+        load_window = (started, time.monotonic())
         time.sleep(2.0)  # cancelled generations wind down; the final RSS is of the server at rest
         final = _rss(server.proc.pid)
         pool = client.pool()
@@ -353,12 +354,15 @@ def run_load(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         server.stop()  # a clean stop: the journal is flushed before it is read
     return {"episodes": episodes, "journal": read_json_lines(run_dir / "pool.journal.jsonl"),
             "health": read_json_lines(probe_out), "rss": {"idle": idle, "final": final}, "pool": pool,
-            "load_s": load_s, "audit": audit_run_dir(run_dir).as_dict()}
+            "load_s": load_s, "load_window": load_window, "audit": audit_run_dir(run_dir).as_dict()}
 
 
 def markdown(result: dict[str, Any]) -> str:
     f, m = result["figures"], result["machine"]
     ok = "all hold" if not result["violations"] else f"{len(result['violations'])} VIOLATION(S)"
+    worst = result["worst_health"][:3]
+    slowest = (" The slowest probes: " + ", ".join(f"{h['latency_s']:.2f} s sent {h['t']:.1f} s into the load" for h in worst)
+               + "." if worst else "")
     lines = ["# Server load test (issue 26)", ""]
     if result.get("development"):
         lines += [f"**Development run** on a machine shared with other work (load {m['loadavg_before']} before, "
@@ -387,7 +391,8 @@ def markdown(result: dict[str, Any]) -> str:
         f"| audit of the run dir | {'holds' if result['audit']['ok'] else result['audit']['violations']} |",
         "",
         f"Target (timing, not a check): worst `/health` latency under {result['health_limit_s']:g} s: "
-        + ("met." if not result["target_misses"] else "; ".join(result["target_misses"]) + "."),
+        + ("met." if not result["target_misses"] else "; ".join(result["target_misses"]) + ".")
+        + slowest,
         "",
     ]
     if result["violations"]:
@@ -447,7 +452,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "health_limit_s": args.health_limit_s, "rss_headroom_mib": args.rss_headroom_mib,
         "load_s": round(run["load_s"], 2), "pool": run["pool"], "audit": run["audit"],
         **checked,
-        "worst_health": sorted((h for h in run["health"] if h["status"] is not None), key=lambda h: -h["latency_s"])[:5],
+        # the slowest probes, with when they were sent, in seconds into the load (negative: before it)
+        "worst_health": [{**h, "t": round(h["t"] - run["load_window"][0], 3)} for h in sorted(
+            (h for h in run["health"] if h["status"] is not None), key=lambda h: -h["latency_s"])[:5]],
         "machine": machine_record(load_before),
     }
     print(json.dumps({k: result[k] for k in ("violations", "target_misses", "figures")}, indent=1), flush=True)
