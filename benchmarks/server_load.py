@@ -181,7 +181,7 @@ def probe(url: str, pid: int, out: Path, interval: float) -> None:
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
     server = psutil.Process(pid)
-    with open(out, "a") as f, httpx.Client(timeout=30.0) as http:
+    with open(out, "a") as f, httpx.Client(timeout=120.0) as http:  # generous: a slow answer is a figure
         while not stop:
             started = time.monotonic()
             # CLOCK_MONOTONIC is one clock for every process: `t` lines up with the load's start and end.
