@@ -597,12 +597,16 @@ def markdown(result: dict[str, Any]) -> str:
             v += (f" (rechecked from its kept files with the fixed comparison; the run itself reported: "
                   f"{'; '.join(t['rechecked']['first_violations'])}: a tuple-vs-list artifact of --resume)")
         lines.append(f"| {t['kind']} {t['trial']} | {kills} | {skipped} | {t['wall_s']} | {v} |")
-    landed = [(t, e) for t in result["trials"] for e in t["events"] if e.get("log")]
+    landed = [(t, e) for t in result["trials"] for e in t["events"] if "log" in e]
     if landed:
-        lines += ["", "Where each job kill landed (the job's last log line at that moment):", "",
+        starting = sum(1 for _, e in landed if not e["log"])
+        lines += ["", f"Where each job kill landed (the job's last log line at that moment). {starting} of "
+                  f"{len(landed)} landed before the job had logged anything, while it was still starting; a kill "
+                  "after a `restart` line landed while the restarted server booted or in the steps after it "
+                  "(the job logs nothing more until its next step or evaluation).", "",
                   "| trial | process | after s | last log line |", "|---|---|---:|---|"]
-        lines += [f"| {t['kind']} {t['trial']} | {e['kind']} | {e['after_s']} | `{e['log'].replace('|', '/')}` |"
-                  for t, e in landed]
+        lines += [f"| {t['kind']} {t['trial']} | {e['kind']} | {e['after_s']} | "
+                  f"{'`' + e['log'].replace('|', '/') + '`' if e['log'] else 'none yet'} |" for t, e in landed]
     return "\n".join(lines) + "\n"
 
 
