@@ -26,6 +26,7 @@ campaign had finished is recorded as skipped, not as a kill. Every violation is 
     python benchmarks/chaos.py --job-trials 30 --campaign-trials 6 --out docs/benchmarks/chaos.json --md docs/benchmarks/chaos.md
     python benchmarks/chaos.py --smoke --out /tmp/chaos.json     # one short trial of each kind
     python benchmarks/chaos.py --model smollm2-135m --job-trials 2 --job-kills 5 --job-delays 2 40 --campaign-trials 0 --seed 0 --out docs/benchmarks/chaos_smollm2.json --md docs/benchmarks/chaos_smollm2.md
+    python benchmarks/chaos.py --model smollm2-135m --job-trials 2 --job-kills 3 --job-delays 30 120 --campaign-trials 0 --seed 1 --out docs/benchmarks/chaos_smollm2_late.json --md docs/benchmarks/chaos_smollm2_late.md
 """
 
 from __future__ import annotations
