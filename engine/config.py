@@ -83,7 +83,19 @@ class TrainingConfig(_Frozen):
     weight_decay: float = Field(0.0, ge=0)
     ppo_epochs: int = Field(1, ge=1, description="Passes over each batch. >1 makes later passes off-policy (clip matters).")
     mini_batch_size: int = Field(16, ge=1, description="Sequences per optimizer step.")
-    micro_batch_size: int = Field(4, ge=1, description="Sequences per forward/backward (gradient accumulation bounds memory).")
+    micro_batch_size: int = Field(
+        4,
+        ge=1,
+        description="Sequences per micro-batch (gradient accumulation bounds memory). Packed micro-batches "
+        "may share a forward/backward up to pass_max_tokens; lower that too on OOM.",
+    )
+    pass_max_tokens: int = Field(
+        4096,
+        ge=0,
+        description="Packed micro-batches of a mini-batch share one forward/backward up to this many tokens "
+        "(rows x longest packed row): fewer, larger passes, each weight's gradient written once per pass. "
+        "Bounds the pass's activation memory; lower it on OOM, 0 runs one micro-batch per pass.",
+    )
     max_grad_norm: float = Field(1.0, gt=0)
     max_steps: int | None = Field(None, ge=1, description="Stop training after this many steps (None: until stopped).")
     checkpoint_every: int = Field(1, ge=0, description="Checkpoint every k steps (0: never). Pool contents are saved too.")

@@ -23,6 +23,12 @@ Three savings over `model(input_ids).logits`, all exact (same numbers up to floa
   side by side got slower packed. `plan_forward` picks the cheapest layout by a flop estimate
   (`layout_cost`), packs at most `PACK_MAX_TOKENS` tokens (the mask is N x N), and packs only for
   attention implementations that take a custom 4D additive mask (`sdpa`, `eager`; `supports_packing`).
+- Packed micro-batches share a pass (`trainable_logits_stacked`): the packed sequences of several
+  micro-batches (a mini-batch's groups) are stacked as the rows of one batch, each row padded to the
+  longest, each with its own block-causal mask. Every weight then meets one matmul and writes its
+  gradient once per pass instead of once per micro-batch; attention stays within a row, so it does not
+  grow with the number of groups. `pass_groups` caps a pass at a token budget (padding included), which
+  bounds its activation memory.
 
 Prefix length P is chosen so that no trainable target is predicted inside the prefix (its logits are never
 needed) and each row keeps at least one token after it.
@@ -122,7 +128,7 @@ def plan_forward(
         same = (ids == ids[:1]).all(dim=0) & c.attention_mask_BT[:, :start].bool().all(dim=0)
         differs = (~same).nonzero()
         prefix = int(differs[0]) if len(differs) else start
-    P, N = prefix, prefix + int(c.attention_mask_BT.sum()) - B * prefix
+    P, N = prefix, packed_length(c, ForwardPlan(prefix=prefix, start=start))
     costs: dict[Layout, float] = {}
     if pack and N <= pack_max_tokens:
         costs[Layout.PACKED] = layout_cost(N, N * N, hidden_size)
@@ -131,6 +137,12 @@ def plan_forward(
     costs[Layout.PADDED] = layout_cost(B * T, B * T * T, hidden_size)
     layout = min(costs, key=costs.__getitem__)  # dict order breaks ties: packed, KV, padded
     return ForwardPlan(prefix=0 if layout is Layout.PADDED else P, start=start, layout=layout)
+
+
+def packed_length(c: Collated, plan: ForwardPlan) -> int:
+    """Pure: tokens in a micro-batch's packed sequence (its prefix once, then each row's tokens after it)."""
+    B = c.input_ids_BT.shape[0]
+    return plan.prefix + int(c.attention_mask_BT.sum()) - B * plan.prefix
 
 
 @dataclass(frozen=True)
@@ -174,6 +186,56 @@ def block_causal_mask(segments_N: torch.Tensor, dtype: torch.dtype) -> torch.Ten
     visible = causal & ((segments_N[None, :] == -1) | (segments_N[None, :] == segments_N[:, None]))
     mask = torch.zeros(N, N, dtype=dtype, device=segments_N.device)
     return mask.masked_fill_(~visible, torch.finfo(dtype).min)[None, None]
+
+
+# Segment id of the padding after a packed row in a stacked pass: it sees the prefix and earlier padding
+# (never nothing, so no softmax row is empty), and no real token sees it (it comes after them all).
+_PAD_SEGMENT = -2
+
+
+@dataclass(frozen=True)
+class StackedPacking:
+    """Packed micro-batches as the rows of one batch (see `stack_packings`)."""
+
+    ids_GN: torch.Tensor  # (G, N) long: row g is micro-batch g's packed sequence, padded to the longest
+    positions_GN: torch.Tensor  # (G, N) long
+    segments_GN: torch.Tensor  # (G, N) long: as Packing.segments_N, `_PAD_SEGMENT` on padding
+
+
+def stack_packings(packings: list[Packing]) -> StackedPacking:
+    """Pure: stack packed sequences as rows, right-padded to the longest (padding: token 0 at position 0)."""
+    N = max(len(p.ids_N) for p in packings)
+
+    def padded(t: torch.Tensor, value: int) -> torch.Tensor:
+        return torch.nn.functional.pad(t, (0, N - len(t)), value=value)
+
+    return StackedPacking(
+        torch.stack([padded(p.ids_N, 0) for p in packings]),
+        torch.stack([padded(p.positions_N, 0) for p in packings]),
+        torch.stack([padded(p.segments_N, _PAD_SEGMENT) for p in packings]),
+    )
+
+
+def pass_groups(packed_tokens: list[int | None], max_tokens: int) -> list[list[int]]:
+    """Pure: split micro-batches, in order, into passes. `packed_tokens[i]` is micro-batch i's packed length,
+    None when it is not packed (it runs alone). Consecutive packed micro-batches share a pass while the
+    stacked batch, rows x longest row, stays within `max_tokens`; 0 gives every micro-batch its own pass."""
+    groups: list[list[int]] = []
+    longest = 0
+    for i, n in enumerate(packed_tokens):
+        current = groups[-1] if groups else None
+        if (
+            n is not None
+            and current is not None
+            and packed_tokens[current[-1]] is not None
+            and (len(current) + 1) * max(longest, n) <= max_tokens
+        ):
+            current.append(i)
+            longest = max(longest, n)
+        else:
+            groups.append([i])
+            longest = n or 0
+    return groups
 
 
 def _dtype(net: Any) -> torch.dtype:
@@ -274,6 +336,35 @@ def trainable_logits(model: Any, c: Collated, plan: ForwardPlan, cache_kwarg: st
         )
     decoder, head = parts
     return head(_at_targets(decoder, c, plan, cache_kwarg, lambda o: o.last_hidden_state))
+
+
+def trainable_logits_stacked(
+    model: Any, cs: list[Collated], plans: list[ForwardPlan]
+) -> list[torch.Tensor]:
+    """`trainable_logits` of several packed micro-batches in one pass (their packed sequences stacked as
+    rows): logits [N_i, V] at micro-batch i's trainable targets, the same up to float rounding."""
+    assert all(p.layout is Layout.PACKED for p in plans), "only packed micro-batches share a pass"
+    packings = [pack_rows(c, p) for c, p in zip(cs, plans, strict=True)]
+    stacked = stack_packings(packings)
+    parts = head_parts(model)
+    net = model if parts is None else parts[0]
+    dtype = _dtype(net)
+    out = net(
+        input_ids=stacked.ids_GN,
+        attention_mask=torch.cat([block_causal_mask(s, dtype) for s in stacked.segments_GN]),
+        position_ids=stacked.positions_GN,
+        use_cache=False,
+    )
+    states = out.logits if parts is None else out.last_hidden_state
+    gathered = [
+        states[g][p.index_BT[trainable_mask(c, plan)]]
+        for g, (p, c, plan) in enumerate(zip(packings, cs, plans, strict=True))
+    ]
+    if parts is None:
+        return gathered
+    # one head matmul for every micro-batch's targets (one gradient write for the head, too)
+    logits = parts[1](torch.cat(gathered))
+    return list(logits.split([len(x) for x in gathered]))
 
 
 def scatter_rows(sel_BT: torch.Tensor, values_N: torch.Tensor) -> torch.Tensor:

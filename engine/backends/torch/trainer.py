@@ -22,10 +22,15 @@ import torch
 from engine.algorithms import get_advantage_estimator, get_policy_loss
 from engine.algorithms.losses import aggregate_denominator, entropy_from_logits, token_logprobs
 from engine.backends.torch.forward import (
+    ForwardPlan,
+    Layout,
+    packed_length,
+    pass_groups,
     plan_forward,
     scatter_rows,
     supports_packing,
     trainable_logits,
+    trainable_logits_stacked,
     trainable_mask,
 )
 from engine.backends.torch.kv import cache_kwarg
@@ -94,22 +99,48 @@ class TorchTrainer:
     def load_extra_state(self, state: dict[str, Any]) -> None:
         """Restore `extra_state()` from a checkpoint's state."""
 
+    def plan(self, c: Collated) -> ForwardPlan:
+        """How a collated micro-batch goes through the network (see engine.backends.torch.forward)."""
+        return plan_forward(
+            c, share_prefix=self.cfg.training.share_prefix, pack=self.packable, hidden_size=self.hidden_size
+        )
+
     def forward(self, c: Collated, *, need_ref: bool, entropy: bool = False) -> MicroForward:
         """Per-token log-probs of a collated micro-batch's targets from its first trainable column on
         (grad), its trainable mask there, and when asked reference log-probs and entropy."""
-        plan = plan_forward(
-            c, share_prefix=self.cfg.training.share_prefix, pack=self.packable, hidden_size=self.hidden_size
-        )
-        # Logits only at trainable targets (see forward.py); every per-token tensor below is scattered back
-        # to [B, T'] with zeros where no loss is taken.
+        return self.forward_pass([c], [self.plan(c)], need_ref=need_ref, entropy=entropy)[0]
+
+    def forward_pass(
+        self, cs: list[Collated], plans: list[ForwardPlan], *, need_ref: bool, entropy: bool = False
+    ) -> list[MicroForward]:
+        """`forward` of several micro-batches in one pass through the network (all packed, see
+        `trainable_logits_stacked`; a single micro-batch may take any layout)."""
+
+        def logits() -> list[torch.Tensor]:
+            if len(cs) == 1:
+                return [trainable_logits(self.model, cs[0], plans[0], self.cache_kwarg)]
+            return trainable_logits_stacked(self.model, cs, plans)
+
+        ref_logits: list[torch.Tensor | None] = [None] * len(cs)
+        if need_ref:
+            with torch.no_grad(), self._reference():
+                ref_logits = list(logits())
+        return [
+            self._micro_forward(c, plan, lg, ref, entropy)
+            for c, plan, lg, ref in zip(cs, plans, logits(), ref_logits, strict=True)
+        ]
+
+    def _micro_forward(
+        self, c: Collated, plan: ForwardPlan, logits_NV: torch.Tensor, ref_logits_NV: torch.Tensor | None, entropy: bool
+    ) -> MicroForward:
+        """Log-probs (and reference log-probs, entropy) from a micro-batch's logits at its trainable targets,
+        scattered back to [B, T'] with zeros where no loss is taken."""
         sel = trainable_mask(c, plan)
         targets_1N = c.target_ids_BT[:, plan.start :][sel][None]
         ref_logp = None
-        if need_ref:
-            with torch.no_grad(), self._reference():
-                ref_logits = trainable_logits(self.model, c, plan, self.cache_kwarg)
-                ref_logp = scatter_rows(sel, token_logprobs(at_least_float32(ref_logits)[None], targets_1N)[0])
-        logits_1NV = at_least_float32(trainable_logits(self.model, c, plan, self.cache_kwarg))[None]
+        if ref_logits_NV is not None:
+            ref_logp = scatter_rows(sel, token_logprobs(at_least_float32(ref_logits_NV)[None], targets_1N)[0])
+        logits_1NV = at_least_float32(logits_NV)[None]
         ent = None
         if entropy and self.loss_cfg.entropy_coef > 0:
             ent = scatter_rows(sel, entropy_from_logits(logits_1NV)[0])
@@ -159,29 +190,42 @@ class TorchTrainer:
                     float(aggregate_denominator(c.mask_BT, c.weights_B, self.loss_cfg.agg)) for c in micros
                 ]
                 total = sum(dens)
-                for c, den in zip(micros, dens, strict=True):
-                    n_tokens += c.n_tokens
+                plans = [self.plan(c) for c in micros]
+                # Packed micro-batches share a pass up to the token budget: one forward/backward, so each
+                # weight's gradient is written once per pass, not once per micro-batch.
+                sizes = [packed_length(c, p) if p.layout is Layout.PACKED else None for c, p in zip(micros, plans)]
+                for group in pass_groups(sizes, t.pass_max_tokens):
                     t_fw = time.perf_counter()
-                    fw = self.forward(c, need_ref=self.loss_cfg.kl_coef > 0, entropy=True)
-                    loss, m = self.loss_fn(
-                        logp_BT=fw.logp_BT,
-                        old_logp_BT=c.old_logp_BT[:, fw.start :],
-                        advantages_B=c.advantages_B,
-                        mask_BT=fw.mask_BT,
-                        weights_B=c.weights_B,
-                        cfg=self.loss_cfg,
-                        ref_logp_BT=fw.ref_logp_BT,
-                        entropy_BT=fw.entropy_BT,
+                    fws = self.forward_pass(
+                        [micros[i] for i in group],
+                        [plans[i] for i in group],
+                        need_ref=self.loss_cfg.kl_coef > 0,
+                        entropy=True,
                     )
-                    # Each micro-batch's loss is normalised by its own count; its share of the mini-batch's
-                    # count makes the accumulated gradient the mini-batch's exactly.
+                    terms: list[torch.Tensor] = []
+                    for i, fw in zip(group, fws, strict=True):
+                        c, den = micros[i], dens[i]
+                        n_tokens += c.n_tokens
+                        loss, m = self.loss_fn(
+                            logp_BT=fw.logp_BT,
+                            old_logp_BT=c.old_logp_BT[:, fw.start :],
+                            advantages_B=c.advantages_B,
+                            mask_BT=fw.mask_BT,
+                            weights_B=c.weights_B,
+                            cfg=self.loss_cfg,
+                            ref_logp_BT=fw.ref_logp_BT,
+                            entropy_BT=fw.entropy_BT,
+                        )
+                        # Each micro-batch's loss is normalised by its own count; its share of the
+                        # mini-batch's count makes the accumulated gradient the mini-batch's exactly.
+                        terms.append(loss * (den / total if den else 0.0))
+                        for k, v in m.items():
+                            totals[k] = totals.get(k, 0.0) + float(v)
+                        n_micro += 1
                     t_bw = time.perf_counter()
                     phase["forward"] += t_bw - t_fw
-                    (loss * (den / total if den else 0.0)).backward()
+                    torch.stack(terms).sum().backward()
                     phase["backward"] += time.perf_counter() - t_bw
-                    for k, v in m.items():
-                        totals[k] = totals.get(k, 0.0) + float(v)
-                    n_micro += 1
                 t_opt = time.perf_counter()
                 grad_norms.append(self.optimizer_step())
                 phase["optimizer"] += time.perf_counter() - t_opt

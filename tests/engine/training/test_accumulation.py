@@ -72,6 +72,44 @@ def test_micro_batches_accumulate_the_mini_batch_gradient(tiny_model, agg):
             _assert_same_gradient(other[name], g, name)
 
 
+@pytest.mark.parametrize("agg", ["token_mean", "seq_mean_token_mean"])
+def test_micro_batches_sharing_a_pass_give_the_gradient_of_one_pass_each(tiny_model, agg, monkeypatch):
+    """Packed micro-batches stacked into one forward/backward (training.pass_max_tokens) reach the optimizer
+    with the gradient of one pass per micro-batch (pass_max_tokens 0), itself the mini-batch's (test above):
+    same float64 bound, the sums only regrouped. The stacked path must really run, with padding: micro-batches
+    of 2 rows of different packed lengths, all of them in one pass, or two per pass."""
+    import engine.backends.torch.trainer as trainer_module
+
+    episodes = _episodes(tiny_model) + [
+        EpisodeResult("e", "t3", "c", 0.5, [_timeline(tiny_model, [1, 5, 6], [51, 52])]),
+        EpisodeResult("f", "t3", "c", 0.0, [_timeline(tiny_model, [1, 5, 6], [61, 62, 63, 64])]),
+    ]
+    stacked_passes = []
+    real = trainer_module.trainable_logits_stacked
+    monkeypatch.setattr(
+        trainer_module,
+        "trainable_logits_stacked",
+        lambda model, cs, plans: stacked_passes.append(len(cs)) or real(model, cs, plans),
+    )
+    grads = {}
+    for budget in (0, 4096, 24):
+        cfg = SwarmConfig(
+            algorithm={"agg": agg},
+            training={"mini_batch_size": 7, "micro_batch_size": 2, "pass_max_tokens": budget, "max_grad_norm": 1e9},
+        )
+        stacked_passes.clear()
+        grads[budget] = _gradients(copy.deepcopy(tiny_model), cfg, episodes)
+        grads[budget, "passes"] = list(stacked_passes)
+    # 7 samples in micro-batches of 2, 2, 2, 1; the single row is not packed and runs alone
+    assert grads[0, "passes"] == [] and grads[4096, "passes"] == [3] and grads[24, "passes"] == [2]
+    reference = grads[0]
+    assert reference and any(g.abs().sum() > 0 for g in reference.values())
+    for budget in (4096, 24):
+        assert grads[budget].keys() == reference.keys()
+        for name, g in reference.items():
+            _assert_same_gradient(grads[budget][name], g, f"budget {budget}: {name}")
+
+
 def _assert_same_gradient(got: torch.Tensor, want: torch.Tensor, name: str) -> None:
     """Equal up to float64 summation order (see the module docstring for the bound)."""
     assert got.dtype == want.dtype == torch.float64, name

@@ -18,10 +18,14 @@ from engine.backends.torch.forward import (
     head_parts,
     layout_cost,
     pack_rows,
+    packed_length,
+    pass_groups,
     plan_forward,
     scatter_rows,
+    stack_packings,
     supports_packing,
     trainable_logits,
+    trainable_logits_stacked,
     trainable_mask,
 )
 from engine.backends.torch.kv import cache_kwarg
@@ -100,6 +104,33 @@ def test_pack_rows_by_hand():
     assert p.index_BT.tolist() == [[2, 3], [4, 5], [7, 8]]
     # e.g. row 1's tokens 8 and 9 are predicted from its positions 2 and 3: packed 4 and 5
     assert p.ids_N[p.index_BT[1] + 1].tolist() == [8, 9]
+
+
+def test_pass_groups_by_hand():
+    # packed lengths 3, 5, 4 share a pass while rows x longest <= 12: 2 x 5 = 10, then 3 x 5 = 15 > 12
+    assert pass_groups([3, 5, 4], 12) == [[0, 1], [2]]
+    assert pass_groups([3, 5, 4], 15) == [[0, 1, 2]]
+    # an unpacked micro-batch (None) runs alone and ends the pass before it
+    assert pass_groups([3, None, 4, 4], 100) == [[0], [1], [2, 3]]
+    # budget 0, or one below any pair: one micro-batch per pass; a row longer than the budget still runs
+    assert pass_groups([3, 5, 4], 0) == [[0], [1], [2]]
+    assert pass_groups([30, 2], 10) == [[0], [1]]
+    assert pass_groups([], 10) == []
+
+
+def test_stack_packings_by_hand():
+    c1 = collate([_sample([1, 2, 3], [4]), _sample([1, 2, 7], [8, 9])], pad_id=0)
+    c2 = collate([_sample([5, 6], [7]), _sample([5, 6], [8])], pad_id=0)
+    p1, p2 = (pack_rows(c, plan_forward(c)) for c in (c1, c2))
+    assert [packed_length(c, plan_forward(c)) for c in (c1, c2)] == [7, 5]
+    s = stack_packings([p1, p2])
+    assert s.ids_GN.tolist() == [[1, 2, 3, 4, 7, 8, 9], [5, 6, 7, 6, 8, 0, 0]]
+    assert s.positions_GN.tolist() == [[0, 1, 2, 3, 2, 3, 4], [0, 1, 2, 1, 2, 0, 0]]
+    assert s.segments_GN.tolist() == [[-1, -1, 0, 0, 1, 1, 1], [-1, 0, 0, 1, 1, -2, -2]]
+    # padding sees the prefix and earlier padding, never a row; no real token sees the padding
+    visible = (block_causal_mask(s.segments_GN[1], torch.float32)[0, 0] == 0).int().tolist()
+    assert visible[5] == [1, 0, 0, 0, 0, 1, 0] and visible[6] == [1, 0, 0, 0, 0, 1, 1]
+    assert all(row[5:] == [0, 0] for row in visible[:5])
 
 
 def test_block_causal_mask_by_hand():
@@ -258,3 +289,55 @@ def test_a_decoder_lookup_that_falls_back_to_the_model_keeps_the_contiguous_head
     model = copy.deepcopy(tiny.model)
     model.get_decoder = lambda: model
     assert head_parts(model) is None
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+@pytest.mark.parametrize("full_head", [False, True], ids=["gathered-head", "full-head"])
+def test_micro_batches_stacked_in_one_pass_give_each_ones_logprobs_and_gradients(tiny, lora, full_head):
+    """Three packed micro-batches of different packed lengths (padding in the stacked batch), one of them a
+    merged multi-turn row pair: one pass gives each micro-batch the log-probs of its own pass, and the
+    gradient of a weighted sum over all three is the sum of the three passes' gradients."""
+    model = copy.deepcopy(tiny.model)
+    model = _lora(model) if lora else model
+    if full_head:
+        model.config.final_logit_softcapping = 30.0  # the tiny model ignores it: the full-logits path
+    model.eval()
+    prompt = [1, 17, 300, 42, 9, 1000, 77]
+    micros = [
+        collate(_batch(), tiny.tokenizer.pad_token_id),
+        collate([_sample([3, 4, 5], [6]), _sample([3, 4, 5], [7, 8])], tiny.tokenizer.pad_token_id),
+        collate(
+            [_merged(prompt, [([11, 12], [2, 3, 4]), ([13], [])]), _sample(prompt, [31, 32, 33])],
+            tiny.tokenizer.pad_token_id,
+        ),
+    ]
+    plans = [plan_forward(c) for c in micros]
+    assert all(p.layout is Layout.PACKED for p in plans)
+    assert len({packed_length(c, p) for c, p in zip(micros, plans)}) == 3
+    weights = [torch.tensor(w) for w in ([1.0, -2.0, 0.5, 3.0], [2.0, -1.0], [-0.5, 1.5])]
+
+    def weighted(logits, c, plan, w):
+        sel = trainable_mask(c, plan)
+        logp = token_logprobs(logits.float()[None], c.target_ids_BT[:, plan.start :][sel][None])[0]
+        return (scatter_rows(sel, logp) * w[:, None]).sum(), logp.detach()
+
+    def grads():
+        out = {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
+        model.zero_grad(set_to_none=True)
+        return out
+
+    ref_logp, ref_loss = [], 0.0
+    for c, plan, w in zip(micros, plans, weights):  # one pass per micro-batch, gradients accumulated
+        loss, logp = weighted(trainable_logits(model, c, plan, cache_kwarg(model)), c, plan, w)
+        loss.backward()
+        ref_logp.append(logp)
+    ref_grads = grads()
+    stacked = trainable_logits_stacked(model, micros, plans)
+    parts = [weighted(lg, c, plan, w) for lg, c, plan, w in zip(stacked, micros, plans, weights)]
+    torch.stack([loss for loss, _ in parts]).sum().backward()
+    got_grads = grads()
+    for (_, got), want in zip(parts, ref_logp):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert ref_grads.keys() == got_grads.keys() and ref_grads
+    for name, g in ref_grads.items():
+        torch.testing.assert_close(got_grads[name], g, atol=1e-5, rtol=1e-4, msg=name)
