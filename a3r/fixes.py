@@ -7,7 +7,8 @@ names are rejected.
 
 Built in:
 - oom: halve every micro-batch size found in the config (`micro_batch_size` and the verl/deepspeed
-  spellings), down to 1. Same data per optimizer step, less activation memory per forward pass.
+  spellings), down to 1, and with it the torch trainer's `pass_max_tokens` (packed micro-batches share a
+  pass up to that many tokens). Same data per optimizer step, less activation memory per forward pass.
 - nan_divergence: halve the learning rate (`lr` / `learning_rate`).
 """
 
@@ -92,7 +93,18 @@ _MICRO_BATCH_KEYS = {
 @register_fix(FailureKind.OOM, "halve_micro_batch")
 def halve_micro_batch(cfg: dict[str, Any]):
     is_int = lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 1  # noqa: E731
-    return _scale(cfg, _MICRO_BATCH_KEYS, is_int, lambda v: max(1, v // 2))
+    halve = lambda v: max(1, v // 2)  # noqa: E731
+    micro = _scale(cfg, _MICRO_BATCH_KEYS, is_int, halve)
+    if micro is None:
+        return None
+    overrides, said = micro
+    # The torch trainer stacks packed micro-batches into one pass up to this budget: unhalved, the pass
+    # would keep its size (and its memory) with twice as many smaller micro-batches in it.
+    for path, value in _find(cfg, {"pass_max_tokens"}):
+        if is_int(value):
+            _nest(path, halve(value), overrides)
+            said += f", {'.'.join(path)} {value} -> {halve(value)}"
+    return overrides, said
 
 
 @register_fix(FailureKind.NAN_DIVERGENCE, "halve_lr")

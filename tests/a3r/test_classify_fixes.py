@@ -64,6 +64,12 @@ def test_fixes():
         {"training": {"micro_batch_size": 4}},
         "training.micro_batch_size 8 -> 4",
     )
+    # the torch trainer's pass budget halves with the micro-batch, never alone
+    assert propose_fix(K.OOM, {"training": {"micro_batch_size": 8, "pass_max_tokens": 4096}})[1:] == (
+        {"training": {"micro_batch_size": 4, "pass_max_tokens": 2048}},
+        "training.micro_batch_size 8 -> 4, training.pass_max_tokens 4096 -> 2048",
+    )
+    assert propose_fix(K.OOM, {"training": {"micro_batch_size": 1, "pass_max_tokens": 4096}}) is None
     verl = {"actor": {"ppo_micro_batch_size_per_gpu": 3}, "critic": {"ppo_micro_batch_size_per_gpu": 2}}
     assert propose_fix("oom", verl)[1] == {
         "actor": {"ppo_micro_batch_size_per_gpu": 1},
