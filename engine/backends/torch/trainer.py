@@ -193,7 +193,7 @@ class TorchTrainer:
                 plans = [self.plan(c) for c in micros]
                 # Packed micro-batches share a pass up to the token budget: one forward/backward, so each
                 # weight's gradient is written once per pass, not once per micro-batch.
-                sizes = [packed_length(c, p) if p.layout is Layout.PACKED else None for c, p in zip(micros, plans)]
+                sizes = [packed_length(c, p) if p.layout is Layout.PACKED else None for c, p in zip(micros, plans, strict=True)]
                 for group in pass_groups(sizes, t.pass_max_tokens):
                     t_fw = time.perf_counter()
                     fws = self.forward_pass(

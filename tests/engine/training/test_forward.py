@@ -313,7 +313,7 @@ def test_micro_batches_stacked_in_one_pass_give_each_ones_logprobs_and_gradients
     ]
     plans = [plan_forward(c) for c in micros]
     assert all(p.layout is Layout.PACKED for p in plans)
-    assert len({packed_length(c, p) for c, p in zip(micros, plans)}) == 3
+    assert len({packed_length(c, p) for c, p in zip(micros, plans, strict=True)}) == 3
     weights = [torch.tensor(w) for w in ([1.0, -2.0, 0.5, 3.0], [2.0, -1.0], [-0.5, 1.5])]
 
     def weighted(logits, c, plan, w):
@@ -326,17 +326,17 @@ def test_micro_batches_stacked_in_one_pass_give_each_ones_logprobs_and_gradients
         model.zero_grad(set_to_none=True)
         return out
 
-    ref_logp, ref_loss = [], 0.0
-    for c, plan, w in zip(micros, plans, weights):  # one pass per micro-batch, gradients accumulated
+    ref_logp = []
+    for c, plan, w in zip(micros, plans, weights, strict=True):  # one pass per micro-batch, gradients accumulated
         loss, logp = weighted(trainable_logits(model, c, plan, cache_kwarg(model)), c, plan, w)
         loss.backward()
         ref_logp.append(logp)
     ref_grads = grads()
     stacked = trainable_logits_stacked(model, micros, plans)
-    parts = [weighted(lg, c, plan, w) for lg, c, plan, w in zip(stacked, micros, plans, weights)]
+    parts = [weighted(lg, c, plan, w) for lg, c, plan, w in zip(stacked, micros, plans, weights, strict=True)]
     torch.stack([loss for loss, _ in parts]).sum().backward()
     got_grads = grads()
-    for (_, got), want in zip(parts, ref_logp):
+    for (_, got), want in zip(parts, ref_logp, strict=True):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
     assert ref_grads.keys() == got_grads.keys() and ref_grads
     for name, g in ref_grads.items():
