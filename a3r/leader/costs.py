@@ -62,23 +62,25 @@ FINAL_WRITE_SHARE = 1.0 / 3.0
 # batch size or max_tokens would split it (its intercept), until then it is all per episode-token.
 SMOLLM2_UPDATE_STEP_S = 0.3
 
-# All measured constants, one line per model. SmolLM2-135M: `benchmarks/run_cost.py --shape default
-# --repeats 1` on main d5b6bc6 (2-core AMD EPYC container, torch 2.13 CPU; load 0.6 at the start, 5.4 at the
-# end): 249 s wall; start 15.12 s (process 0.04 + imports 4.90 + server 4.23 + load 4.97 + other 0.98),
-# sampling 96.38 s and update 98.79 s over 20 steps of 16 episodes x 32 max_tokens (512 episode-tokens),
-# evaluation 32.93 s for 128 items, one checkpoint write 2.71 s. To recalibrate, run
-# `python benchmarks/run_cost.py --shape default --repeats 3` on a quiet machine and paste the
+# All measured constants, one line per model. SmolLM2-135M: the median of three quiet one-slot runs of this
+# tree (shared update passes) in `benchmarks/run_cost.py --shape default --slots --main-commit c04b1a9
+# --repeats 3` (docs/benchmarks/run_cost_slots_vs_main.json, 2-core AMD EPYC container, torch 2.13 CPU, load
+# 1.8-2.4 around it): 170.1 s wall; start 11.38 s (process + imports + server + load + other), sampling
+# 74.46 s and update 58.14 s over 20 steps of 16 episodes x 32 max_tokens (512 episode-tokens), of which the
+# optimizer 0.275 s per step, evaluation 20.30 s for 128 items, one checkpoint write 2.40 s. To recalibrate,
+# run `python benchmarks/run_cost.py --shape default --repeats 3` on a quiet machine and paste the
 # `RUN_COST["smollm2-135m"] = ...` line it prints (fit_run_cost of the median run) over the one below.
+# The constants are for one slot owning both cores: a 1-thread slot's run takes about 1.6x as long.
 # tiny: a prior for the test fixture (random weights, 2 layers), not measured at this breakdown.
 RUN_COST: dict[str, RunCost] = {
     "smollm2-135m": RunCost(
-        start=15.12,
+        start=11.38,
         sample_step=0.0,
-        sample_token=0.009412,
-        update_step=0.3,
-        update_token=0.009061,
-        per_item=0.2572,
-        per_checkpoint=2.706,
+        sample_token=0.007272,
+        update_step=0.2748,
+        update_token=0.005142,
+        per_item=0.1586,
+        per_checkpoint=2.402,
     ),
     "tiny": RunCost(
         start=4.0,
