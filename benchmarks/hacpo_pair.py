@@ -53,7 +53,7 @@ from engine.jobs import TrainJob  # noqa: E402
 from engine.models import LoadedModel, load_model  # noqa: E402
 from engine.tasks import get_task  # noqa: E402
 from engine.tasks.arithmetic import WorkedArithmetic  # noqa: E402
-from engine.tasks.base import HELD_OUT_SEED, Item, split_items  # noqa: E402
+from engine.tasks.base import HELD_OUT_SEED, Item, distinct_items, split_items  # noqa: E402
 from engine.tracking.chat import render_prompt  # noqa: E402
 from engine.training.hacpo_precheck import DEFAULT_MIN_IN_BAND, BandCheck, band_check  # noqa: E402
 from engine.training.supervised import supervise  # noqa: E402
@@ -95,13 +95,7 @@ def warm_start(agent: str, seed: int, args, runs_root: Path, excluded_ids: set[s
 
 def precheck_items(n: int, test_ids: set[str]) -> list[Item]:
     """`n` distinct items of the mixed task from PRECHECK_SEED, none of them a held-out test item."""
-    out: dict[str, Item] = {}
-    for it in get_task(TASK).dataset(50 * n + 1000, PRECHECK_SEED):
-        if it.id not in test_ids:
-            out.setdefault(it.id, it)
-        if len(out) == n:
-            return list(out.values())
-    raise ValueError(f"the task has fewer than {n} items outside the test set")
+    return distinct_items(get_task(TASK), n, PRECHECK_SEED, exclude=test_ids)
 
 
 # -- pre-check --------------------------------------------------------------------------------------

@@ -52,7 +52,7 @@ from engine.jobs import ServerProcess, TrainJob, evaluate  # noqa: E402
 from engine.launch import train  # noqa: E402
 from engine.tasks import get_task  # noqa: E402
 from engine.tasks.arithmetic import Arithmetic  # noqa: E402
-from engine.tasks.base import HELD_OUT_SEED, Item, split_items  # noqa: E402
+from engine.tasks.base import HELD_OUT_SEED, Item, distinct_items, split_items  # noqa: E402
 from engine.training.metrics import MetricsLog  # noqa: E402
 from engine.training.supervised import supervise as train_supervised  # noqa: E402
 
@@ -70,13 +70,7 @@ DIAGNOSTICS = (
 # -- supervised warm-up ------------------------------------------------------------------------------
 def validation_items(n: int, test_ids: set[str]) -> list[Item]:
     """`n` distinct items of the mixed task from VALIDATION_SEED, none of them a held-out test item."""
-    out: dict[str, Item] = {}
-    for it in get_task(TASK).dataset(50 * n + 1000, VALIDATION_SEED):
-        if it.id not in test_ids:
-            out.setdefault(it.id, it)
-        if len(out) == n:
-            return list(out.values())
-    raise ValueError(f"the task has fewer than {n} items outside the test set")
+    return distinct_items(get_task(TASK), n, VALIDATION_SEED, exclude=test_ids)
 
 
 def supervise(model: str, ops: str, seed: int, steps: int, lr: float, args, out: Path, excluded_ids: set[str]) -> dict:

@@ -7,6 +7,7 @@ episode through any OpenAI client (the swarm server is just a base_url) and retu
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -50,6 +51,25 @@ def last_integer(text: str | None) -> int | None:
 HELD_OUT_SEED = 10_000
 
 
+def distinct_items(task: Task, n: int, seed: int, exclude: Collection[str] = ()) -> list[Item]:
+    """The first `n` distinct items of the `seed` stream whose ids are not in `exclude` (a held-out set,
+    a validation split: any stream a caller keeps apart). A prefix of the stream, so a larger `n` extends
+    a smaller one's list."""
+    found: dict[str, Item] = {}
+    m = max(n, 1)
+    while len(found) < n:
+        for it in task.dataset(m, seed):
+            if it.id not in exclude:
+                found.setdefault(it.id, it)
+            if len(found) == n:
+                break
+        if len(found) < n and m > 64 * n + 1024:
+            where = " outside the excluded ones" if exclude else ""
+            raise ConfigError(f"task {task.name!r} has fewer than {n} distinct problems{where}")
+        m *= 2
+    return list(found.values())
+
+
 def split_items(
     task: Task, n_train: int, n_eval: int, seed: int, eval_seed: int = HELD_OUT_SEED
 ) -> tuple[list[Item], list[Item]]:
@@ -59,18 +79,7 @@ def split_items(
     The training list is a prefix of the seed's stream with held-out problems skipped, so a resumed job
     draws exactly the same problems, and it is unchanged for `n_eval = 0`.
     """
-    held: dict[str, Item] = {}
-    m = n_eval
-    while len(held) < n_eval:
-        for it in task.dataset(m, eval_seed):
-            held.setdefault(it.id, it)
-            if len(held) == n_eval:
-                break
-        if m > 64 * n_eval + 1024:
-            raise ConfigError(
-                f"task {task.name!r} has fewer than {n_eval} distinct problems for a held-out set"
-            )
-        m *= 2
+    held = {it.id: it for it in distinct_items(task, n_eval, eval_seed)}
     m = max(n_train, 1)
     while True:
         train = [it for it in task.dataset(m, seed) if it.id not in held][:n_train]
