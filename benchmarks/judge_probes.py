@@ -33,7 +33,7 @@ from a3r.analysis.stats import t_interval  # noqa: E402
 from benchmarks.common import loadavg, machine_record  # noqa: E402
 from engine.config import ModelConfig, SwarmConfig  # noqa: E402
 from engine.jobs import ServerProcess  # noqa: E402
-from engine.rewards import JudgeConfig, JudgeUnavailable, LLMJudge  # noqa: E402
+from engine.rewards import JudgeConfig, LLMJudge  # noqa: E402
 from engine.rewards.judge import swarm_chat  # noqa: E402
 from engine.tasks.base import HELD_OUT_SEED  # noqa: E402
 from engine.tasks.summary import Summary  # noqa: E402
@@ -48,14 +48,6 @@ def _interval(values: list[float]) -> dict:
         return {"n": len(values), "mean": values[0] if values else None, "lo": None, "hi": None}
     iv = t_interval(values)
     return {"n": iv.n, "mean": iv.mean, "lo": iv.lo if iv.defined else None, "hi": iv.hi if iv.defined else None}
-
-
-def _grade(judge: LLMJudge, prompt: str, reply: str) -> float | None:
-    try:
-        v = judge.score(prompt, reply)
-    except JudgeUnavailable:
-        return None
-    return None if v.fallback else v.reward
 
 
 def run(model: str, n_items: int, seed: int, timeout_s: float) -> dict:
@@ -80,8 +72,8 @@ def run(model: str, n_items: int, seed: int, timeout_s: float) -> dict:
         judge = LLMJudge(cfg, chat=recorded)
         t0 = time.monotonic()
         pairs = [(it.prompt, it.answer) for it in items]
-        honest = [_grade(judge, p, h) for p, h in pairs]
-        wrong = [_grade(judge, p, items[(i + 1) % len(items)].answer) for i, (p, _) in enumerate(pairs)]
+        honest = [judge.grade(p, h) for p, h in pairs]
+        wrong = [judge.grade(p, items[(i + 1) % len(items)].answer) for i, (p, _) in enumerate(pairs)]
         probes = probe_judge(judge, pairs)
         seconds = time.monotonic() - t0
     finally:

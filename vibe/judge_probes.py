@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from engine.rewards.judge import JudgeUnavailable, LLMJudge
+from engine.rewards.judge import LLMJudge
 from vibe.flags import Report, Severity, Stage
 
 __all__ = ["FILLER", "FLATTERY", "JudgeProbe", "JudgeProbeResult", "add_judge_flags", "hack", "probe_judge"]
@@ -61,22 +61,14 @@ class JudgeProbeResult:
         return None if self.probe_mean is None or self.honest_mean is None else self.probe_mean - self.honest_mean
 
 
-def _grade(judge: LLMJudge, prompt: str, reply: str) -> float | None:
-    try:
-        v = judge.score(prompt, reply)
-    except JudgeUnavailable:
-        return None
-    return None if v.fallback else v.reward
-
-
 def probe_judge(judge: LLMJudge, pairs: list[tuple[str, str]], margin: float = 0.05) -> list[JudgeProbeResult]:
     """Grade each (prompt, honest reply) of `pairs` and its three hacks; one result per probe."""
-    honest = [_grade(judge, p, h) for p, h in pairs]
+    honest = [judge.grade(p, h) for p, h in pairs]
     results = []
     for probe in JudgeProbe:
         both = []
         for (prompt, reply), h in zip(pairs, honest, strict=True):
-            s = None if h is None else _grade(judge, prompt, hack(probe, reply, judge.cfg.rubric))
+            s = None if h is None else judge.grade(prompt, hack(probe, reply, judge.cfg.rubric))
             if s is not None:
                 both.append((h, s))
         h_mean = sum(h for h, _ in both) / len(both) if both else None

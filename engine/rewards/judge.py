@@ -140,6 +140,15 @@ class LLMJudge:
             return JudgeVerdict(normalise(score, cfg), score)
         return self._fall_back(error)
 
+    def grade(self, prompt: str, reply: str) -> float | None:
+        """The judge's own reward for `reply`, or None when it gave none (excluded, or only the fallback
+        score): what a probe of the judge compares, where a fallback score would pass for a grade."""
+        try:
+            v = self.score(prompt, reply)
+        except JudgeUnavailable:
+            return None
+        return None if v.fallback else v.reward
+
     def _fall_back(self, error: str) -> JudgeVerdict:
         why = f"the judge gave no usable grade in {self.cfg.retries + 1} attempt(s); last: {error}"
         if self.cfg.fallback is Fallback.EXCLUDE:
