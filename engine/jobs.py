@@ -473,7 +473,7 @@ def _drive(server: ServerProcess, job: TrainJob, cfg: SwarmConfig, run_dir: Path
     log = MetricsLog(run_dir)
     sampling = {"temperature": job.temperature, "max_tokens": job.max_tokens}
     # In a mix each task is its own client: the server's per-client throttle keeps every batch to the mix.
-    clients = {t: server.client(t if job.mix else "trainer") for t in per_batch}
+    clients = {t: server.client(_client_id(job, t)) for t in per_batch}
     try:
         client = next(iter(clients.values()))
         client.configure(cfg)
@@ -482,7 +482,10 @@ def _drive(server: ServerProcess, job: TrainJob, cfg: SwarmConfig, run_dir: Path
         # Episodes the server already holds (replayed from its journal after a crash) train as they are:
         # running them again would train a step's prompts twice and the next step's never.
         held = held_episodes(st["pool"].get("held", {}))
-        console.print(f"server ROLLING at step {step} ({cfg.model.name}, {cfg.algorithm.policy_loss})")
+        console.print(
+            f"server ROLLING at step {step} ({cfg.model.name}, {cfg.algorithm.policy_loss})"
+            + (f"; it holds {len(held)} episodes from before a restart, which are not run again" if held else "")
+        )
         # After a restart, evaluations past the resumed step belong to steps that are trained again.
         summary["evals"] = [e for e in summary["evals"] if e["step"] <= step]
         if job.eval_size and "accuracy_before" not in summary:  # not again after a restart
@@ -492,6 +495,7 @@ def _drive(server: ServerProcess, job: TrainJob, cfg: SwarmConfig, run_dir: Path
             st = client.wait_for_step(step + 1, timeout=3600)
             step = st["global_step"]
             m = st.get("last_metrics") or {}
+            rewards = step_rewards(job, m, rewards)
             mixed = "".join(f" {t} {r:.3f}" for t, r in rewards.items()) if job.mix else f" {rewards[job.task]:.3f}"
             console.print(
                 f"step {step}/{max_steps} reward{mixed} loss {m.get('pg_loss', float('nan')):.4f} "
@@ -513,6 +517,19 @@ def _drive(server: ServerProcess, job: TrainJob, cfg: SwarmConfig, run_dir: Path
     finally:
         for c in clients.values():
             c.close()
+
+
+def _client_id(job: TrainJob, task: str) -> str:
+    """The client a job runs `task`'s episodes as: in a mix each task is its own client."""
+    return task if job.mix else "trainer"
+
+
+def step_rewards(job: TrainJob, metrics: dict, ran: dict[str, float]) -> dict[str, float]:
+    """Each task's reward in a trained step's line: the server's mean over the step's batch
+    (`reward/<client>` in its step metrics), else `ran`, the job's own mean over the episodes it ran.
+    The job's own is not the step's after a restart: NaN for a step whose every episode the server
+    replayed from its journal (the job ran none of them), partial for one it replayed some of."""
+    return {t: float(metrics.get(f"reward/{_client_id(job, t)}", r)) for t, r in ran.items()}
 
 
 def held_episodes(held: dict[str, list[int | None]]) -> set[tuple[str, int]]:

@@ -273,11 +273,14 @@ class SwarmServer:
             return False, "episode made no LLM call: nothing to train on"
         if ep.index is not None and self.pool.holds(ep.task_id, ep.index):
             # A client that reran an episode the pool already holds (a resumed job that did not ask):
-            # training both would weigh that sample twice.
-            return False, (
+            # training both would weigh that sample twice. Logged too: the client's work was wasted, and the
+            # log is where a run dir shows that its client did not skip what the server held.
+            reason = (
                 f"episode {ep.index} of task {ep.task_id!r} is already in the pool; an index names one episode "
                 "of its task, so a rerun is not trained again"
             )
+            log.warning("client %s: %s", ep.client_id, reason)
+            return False, reason
         result = self._result(ep, reward, metadata)
         written = self.pool.add(result)
         try:

@@ -2,17 +2,21 @@
 seed and config gives the same metrics bit for bit, and a job SIGKILLed mid-run and resumed gives the same
 metrics as the undisturbed run (issue 25 item 2).
 
-The kill lands after step 1's batch was trained but before it is checkpointed (checkpoint_every 2): the
-server's journal then holds step 0's episodes (trained, not durable) and maybe some of step 1's, and the
-resumed job must neither run them again nor skip any (issue 26 defect 1: a step's prompts trained twice,
-the next step's never). An entropy bonus makes every step change the weights even when the untrained
-model earns no reward, so a step trained twice, or on other samples, shows in every later metric.
+The kill lands after step 1's batch was trained but before it is checkpointed (checkpoint_every 2), once
+the server's journal holds some of step 2's episodes too: the restarted server then replays step 1's
+episodes (trained, not durable) and those of step 2, and the resumed job must neither run them again nor
+skip any (issue 26 defect 1: a step's prompts trained twice, the next step's never). An entropy bonus makes
+every step change the weights even when the untrained model earns no reward, so a step trained twice, or on
+other samples, shows in every later metric. The server itself refuses an episode it already holds, so a
+job that reran the replayed episodes would still train the same batches: what shows it is the server's
+log, which names every rerun it refused. (Steps count from 1 here; episode ids count them from 0.)
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
 from collections import Counter
@@ -46,9 +50,19 @@ def _gone(pid: int) -> bool:
     return Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z")
 
 
+def _journal(run_dir: Path) -> list[dict]:
+    journal = run_dir / "pool.journal.jsonl"
+    # whole lines only: the job may be appending to it while a test polls it
+    return [json.loads(line) for line in journal.read_text().split("\n")[:-1]] if journal.exists() else []
+
+
 def _journal_adds(run_dir: Path) -> Counter:
-    records = [json.loads(line) for line in (run_dir / "pool.journal.jsonl").read_text().splitlines()]
-    return Counter((r["episode"]["task_id"], r["episode"]["index"]) for r in records if r["op"] == "add")
+    return Counter((r["episode"]["task_id"], r["episode"]["index"]) for r in _journal(run_dir) if r["op"] == "add")
+
+
+def _printed_rewards(stderr: str) -> dict[int, str]:
+    """step -> the reward the job printed for it ("step 2/4 reward 0.000 loss ...")."""
+    return {int(s): r for s, r in re.findall(r"step (\d+)/\d+ reward (\S+) loss", stderr)}
 
 
 @pytest.mark.slow
@@ -69,8 +83,14 @@ def test_the_same_seed_and_config_give_the_same_metrics_bit_for_bit(tmp_path, ch
 def test_a_job_killed_after_a_step_and_resumed_matches_the_undisturbed_run(tmp_path, chaos_job_reference):
     undisturbed = chaos_job_reference
     with BackgroundTrain(tmp_path, JOB, run="killed") as train:
-        # step 1 trained (its metrics row) but not checkpointed: checkpoint_every is 2
-        train.wait_until(lambda: '"pg_loss"' in train.metrics_text(), "a training step", timeout=300)
+        # Step 1 trained (its metrics row) but not checkpointed (checkpoint_every is 2), and some of step 2's
+        # episodes journaled: whether the resumed job starts before or after its server has retrained step 1
+        # from the replayed episodes, the step it starts at has episodes the server holds.
+        train.wait_until(
+            lambda: '"pg_loss"' in train.metrics_text() and any(t.startswith("s1:") for t, _ in _journal_adds(train.run_dir)),
+            "a training step and an episode of the next one",
+            timeout=300,
+        )
         servers = child_pids(train.proc.pid)
         train.proc.send_signal(signal.SIGKILL)  # the job itself, as a crash or the OOM killer would
         train.proc.wait(timeout=60)
@@ -79,12 +99,21 @@ def test_a_job_killed_after_a_step_and_resumed_matches_the_undisturbed_run(tmp_p
             assert time.monotonic() < deadline, "the killed job's server still runs after 60 s"
             time.sleep(0.1)
     run_dir = train.run_dir
-    assert not (run_dir / "summary.json").exists(), "the kill came too late: the job had finished"
+    assert not any(r["op"] == "trained" for r in _journal(run_dir)), "the kill came too late: step 2 was checkpointed"
 
     resumed = run_swarm_train(train.cmd)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert re.search(r"it holds \d+ episodes from before a restart", resumed.stderr), resumed.stderr[-3000:]
+    # The resumed job ran none of the episodes its server replayed (the server logs each rerun it refuses).
+    refused = [line for line in (run_dir / "server.log").read_text().splitlines() if "already in the pool" in line]
+    assert refused == [], refused[:3]
     # Every episode of every step was accepted exactly once: none run again, none left out.
     adds = _journal_adds(run_dir)
     assert adds == _journal_adds(undisturbed), sorted(adds.items())
     assert set(adds.values()) == {1} and {t.split(":")[0] for t, _ in adds} == {f"s{i}" for i in range(STEPS)}
     assert _metrics(run_dir) == _metrics(undisturbed)
+    # Each step's printed reward is its batch's, also for a step whose episodes the job did not run itself.
+    printed = _printed_rewards(resumed.stderr)
+    assert printed and max(printed) == STEPS, resumed.stderr[-3000:]
+    logged = {int(r["step"]): f"{r['reward/trainer']:.3f}" for r in _metrics(run_dir) if "pg_loss" in r}
+    assert printed == {s: logged[s] for s in printed}, (printed, logged)
