@@ -55,6 +55,20 @@ def run_swarm_train(cmd: list[str], timeout: float = 600):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env={**os.environ, **WIDE_TERMINAL})
 
 
+def swarm_train_here(cmd: list[str], capsys) -> str:
+    """Run a `swarm train` command line (from `train_command`) to its end in this process, through the
+    CLI's own `main` (its server is still a subprocess): a subprocess would add only a fresh interpreter's
+    start-up. Returns what it printed, whitespace normalised (rich wraps at the captured stream's 80
+    columns); fails with it if the command fails. `capsys` is the test's fixture."""
+    from engine.cli import main
+
+    capsys.readouterr()  # what the test printed before is not the job's
+    code = main(cmd[cmd.index("train") :])
+    said = capsys.readouterr()
+    assert code == 0, (said.out + said.err)[-3000:]
+    return " ".join((said.out + said.err).split())
+
+
 def swarm_train(tmp_path, job: dict, timeout: float = 600, run: str = "run"):
     """Run `swarm train --config <job>` as a subprocess into tmp_path/<run>; its stderr tail on failure."""
     cmd, run_dir = train_command(tmp_path, job, run)

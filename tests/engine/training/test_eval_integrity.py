@@ -2,8 +2,8 @@
 the middle of the "before" evaluation restarts it and measures that evaluation again, in full, logging
 one row that counts its items; rerunning the finished run dir changes nothing, and neither does rerunning
 it as a SIGKILL between the final evaluation row and summary.json leaves it. The reruns call the same
-`swarm train` command line in this process (`engine.cli.main`; the second still runs its server as a
-subprocess): a fresh interpreter's start-up is all a subprocess would add."""
+`swarm train` command line in this process (`swarm_train_here`; the second still runs its server as a
+subprocess)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-from tests_support import BackgroundTrain, tiny_train_job
+from tests_support import BackgroundTrain, swarm_train_here, tiny_train_job
 
-from engine.cli import main as swarm
 from engine.training.audit import audit_run_dir
 
 EVAL_SIZE = 48
@@ -47,25 +46,15 @@ def test_an_evaluation_cut_short_by_a_killed_server_is_measured_again_in_full(tm
     report = audit_run_dir(train.run_dir, eval_items=EVAL_SIZE)
     assert report.ok and report.checked["evaluations"] == 2, report.as_dict()
 
-    def rerun() -> str:
-        """`swarm train` with the job's own arguments, in this process: what it printed (rich wraps it at
-        the captured stream's 80 columns, so whitespace is normalised)."""
-        capsys.readouterr()
-        code = swarm(train.cmd[train.cmd.index("train") :])
-        said = capsys.readouterr()
-        assert code == 0, said.err[-3000:]
-        return " ".join((said.out + said.err).split())
-
     # A finished run dir run again: nothing evaluated again, no second final row.
     before = metrics.read_text()
-    said = rerun()
-    assert "already finished" in said and metrics.read_text() == before
+    assert "already finished" in swarm_train_here(train.cmd, capsys) and metrics.read_text() == before
 
     # The state a SIGKILL leaves between the final `eval_accuracy` row and summary.json (the window is too
     # short to hit reliably): the finished run dir less its summary. The rerun resumes the final
     # checkpoint, reuses the recorded final accuracy, and logs no second final row.
     (train.run_dir / "summary.json").unlink()
-    assert "was recorded before an interruption" in rerun()
+    assert "was recorded before an interruption" in swarm_train_here(train.cmd, capsys)
     assert metrics.read_text() == before
     rerun = json.loads((train.run_dir / "summary.json").read_text())
     assert rerun["accuracy_after"] == summary["accuracy_after"] == rows[1]["eval_accuracy"]

@@ -23,7 +23,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from tests_support import BackgroundTrain, child_pids, load_benchmark, run_swarm_train, swarm_train
+from tests_support import BackgroundTrain, child_pids, load_benchmark, swarm_train_here, train_command
 
 # The chaos benchmark's job, so that its undisturbed run (the session's `chaos_job_reference`) serves
 # these tests and the chaos smoke alike: seed 3, batch-invariant decoding, 2 tasks x 3 episodes a step,
@@ -67,9 +67,10 @@ def _printed_rewards(stderr: str) -> dict[int, str]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)  # the shared reference run counts into the first test to ask for it
-def test_the_same_seed_and_config_give_the_same_metrics_bit_for_bit(tmp_path, chaos_job_reference):
+def test_the_same_seed_and_config_give_the_same_metrics_bit_for_bit(tmp_path, chaos_job_reference, capsys):
     undisturbed = chaos_job_reference
-    again = swarm_train(tmp_path, JOB, run="again")
+    cmd, again = train_command(tmp_path, JOB, run="again")
+    swarm_train_here(cmd, capsys)  # in this process; its server, which does all the arithmetic, is a subprocess
     first = _metrics(undisturbed)
     assert [r["step"] for r in first if "pg_loss" in r] == list(range(1, STEPS + 1))
     assert _metrics(again) == first  # every metric of every step, exactly (floats compared bit for bit)
@@ -80,7 +81,7 @@ def test_the_same_seed_and_config_give_the_same_metrics_bit_for_bit(tmp_path, ch
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)  # the shared reference run counts into the first test to ask for it
-def test_a_job_killed_after_a_step_and_resumed_matches_the_undisturbed_run(tmp_path, chaos_job_reference):
+def test_a_job_killed_after_a_step_and_resumed_matches_the_undisturbed_run(tmp_path, chaos_job_reference, capsys):
     undisturbed = chaos_job_reference
     with BackgroundTrain(tmp_path, JOB, run="killed") as train:
         # Step 1 trained (its metrics row) but not checkpointed (checkpoint_every is 2), and some of step 2's
@@ -101,9 +102,8 @@ def test_a_job_killed_after_a_step_and_resumed_matches_the_undisturbed_run(tmp_p
     run_dir = train.run_dir
     assert not any(r["op"] == "trained" for r in _journal(run_dir)), "the kill came too late: step 2 was checkpointed"
 
-    resumed = run_swarm_train(train.cmd)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert re.search(r"it holds \d+ episodes from before a restart", resumed.stderr), resumed.stderr[-3000:]
+    resumed = swarm_train_here(train.cmd, capsys)  # the same command line, as a user would rerun it
+    assert re.search(r"it holds \d+ episodes from before a restart", resumed), resumed[-3000:]
     # The resumed job ran none of the episodes its server replayed (the server logs each rerun it refuses).
     refused = [line for line in (run_dir / "server.log").read_text().splitlines() if "already in the pool" in line]
     assert refused == [], refused[:3]
@@ -113,7 +113,7 @@ def test_a_job_killed_after_a_step_and_resumed_matches_the_undisturbed_run(tmp_p
     assert set(adds.values()) == {1} and {t.split(":")[0] for t, _ in adds} == {f"s{i}" for i in range(STEPS)}
     assert _metrics(run_dir) == _metrics(undisturbed)
     # Each step's printed reward is its batch's, also for a step whose episodes the job did not run itself.
-    printed = _printed_rewards(resumed.stderr)
-    assert printed and max(printed) == STEPS, resumed.stderr[-3000:]
+    printed = _printed_rewards(resumed)
+    assert printed and max(printed) == STEPS, resumed[-3000:]
     logged = {int(r["step"]): f"{r['reward/trainer']:.3f}" for r in _metrics(run_dir) if "pg_loss" in r}
     assert printed == {s: logged[s] for s in printed}, (printed, logged)
