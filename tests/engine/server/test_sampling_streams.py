@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from engine.client.runner import ranks_within_task
 from engine.config import SwarmConfig
-from engine.jobs import held_episodes, step_episodes
+from engine.jobs import TrainJob, held_episodes, step_episodes, step_rewards
 from engine.pool.pool import SamplePool
 from engine.server.core import training_order
 from engine.server.streams import SEED_BITS, call_seed
@@ -72,6 +72,18 @@ def test_a_resumed_job_runs_only_the_episodes_its_server_does_not_hold():
     assert step_episodes("countdown", items[:1], 0, 1, mixed=True)[0][0] == "countdown:s0:0:1+2"
     held = held_episodes({"s4:0:1+2": [1, 0], "s4:1:4+5": [None], "s3:0:7+8": [0]})
     assert [e[:2] for e in episodes if e[:2] not in held] == [("s4:1:4+5", 0), ("s4:1:4+5", 1)]
+
+
+def test_a_step_line_shows_the_batch_reward_the_server_trained_not_the_jobs_partial_mean():
+    nan = float("nan")
+    single = TrainJob.model_validate({"task": "arithmetic"})
+    # every episode replayed by a restarted server: the job ran none, its own mean is NaN
+    assert step_rewards(single, {"reward/trainer": 0.25, "reward_mean": 0.25}, {"arithmetic": nan}) == {"arithmetic": 0.25}
+    assert step_rewards(single, {"reward/trainer": 0.5}, {"arithmetic": 1.0}) == {"arithmetic": 0.5}  # some replayed
+    assert step_rewards(single, {}, {"arithmetic": 0.75}) == {"arithmetic": 0.75}  # a server without step metrics
+    mix = TrainJob.model_validate({"mix": {"arithmetic": 0.5, "countdown": 0.5}})
+    ran = {"arithmetic": nan, "countdown": 0.0}
+    assert step_rewards(mix, {"reward/arithmetic": 0.5, "reward/countdown": 0.125}, ran) == {"arithmetic": 0.5, "countdown": 0.125}
 
 
 def test_batch_invariant_decoding_is_refused_outside_the_torch_backend():
