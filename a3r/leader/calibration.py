@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from a3r.analysis import fmt, t_interval
 from a3r.analysis.evidence import MIN_EFFECT, shows_training
 from a3r.analysis.stats import resolution_sd
-from a3r.leader.design import Arm, ResearchBudget, StageDesign, arm_label, grid
+from a3r.leader.design import Arm, ResearchBudget, StageDesign, arm_label, arm_steps, grid
 from a3r.leader.goals import Goal
 from a3r.leader.knobs import get_dotted
 from a3r.leader.power import TARGET_POWER, confirmation_size, power_at
@@ -131,17 +131,18 @@ def calibration_stage(
     x, level = reference_arm(goal, budget, base_job)
     steps = steps or budget.steps
     label = arm_label(goal, x, level)
+    trains = arm_steps(goal, x, level, steps)  # the reference's own value when the steps are studied
     first = index == 1
     return StageDesign(
         index=index,
         kind="calibration",
         purpose=(
             f"Stage {index}, calibration{'' if first else ' again with more steps'}: the reference configuration "
-            f"{label} for {budget.pilot_seeds} seeds, {steps} steps each, to measure the untrained level, the gain, "
+            f"{label} for {budget.pilot_seeds} seeds, {trains} steps each, to measure the untrained level, the gain, "
             "its noise and the cost of a run before sizing the grid."
         ),
         hypothesis=(
-            f"Training {goal.task} is visible within {steps} steps: the reference configuration's gain in "
+            f"Training {goal.task} is visible within {trains} steps: the reference configuration's gain in "
             f"{goal.metric} over its untrained level has a 95% interval above 0."
         ),
         arms=[
