@@ -278,19 +278,24 @@ def size_budget(
     runs_done: int,
     wall_spent_s: float,
     per_run_s: float | None = None,
+    slots: int = 1,
 ) -> tuple[ResearchBudget, list[str]]:
     """The budget the grid runs under, and why: calibrated steps, seeds per arm within [min_seeds,
-    max_seeds], and no more runs than the remaining wall budget holds at the measured cost per run."""
+    max_seeds], and no more runs than the remaining wall budget holds at the measured cost per run on
+    `slots` slots (a run's measured cost is its own wall time: `slots` of them run at once)."""
+    from a3r.leader.costs import runs_within
+
     why = []
     max_runs = budget.max_runs
     per_run = per_run_s or cal.run_s
     if budget.total_wall_s is not None and per_run > 0:
-        left = max(0, math.floor((budget.total_wall_s - wall_spent_s) / per_run))
+        left = runs_within(budget.total_wall_s - wall_spent_s, per_run, slots)
         if runs_done + left < max_runs:
             max_runs = runs_done + left
             why.append(
                 f"The wall budget ({fmt(budget.total_wall_s)} s, {fmt(wall_spent_s)} s spent) holds about {left} more "
-                f"run(s) at about {fmt(per_run)} s each (the calibration's measured cost, scaled per arm)."
+                f"run(s) at about {fmt(per_run)} s each on {slots} slot(s) (the calibration's measured cost, "
+                "scaled per arm)."
             )
     if budget.confirms:
         # the grid explores with the researcher's seeds; the confirmation's fresh seeds carry the power
