@@ -2,8 +2,9 @@
 size that still trains arithmetic") scaled to a 2-core CPU and SmolLM2-135M, in at most 20 minutes.
 
 Scaling, said aloud: batch sizes 2 and 8 (8 replies each) instead of 1 to 64, 8 training steps per run,
-held-out accuracy on 64 problems, one slot, and no secondary variable (the reference also asked whether
-the response length changes the answer; that doubles every stage and does not fit 20 minutes here).
+held-out accuracy on 64 problems, the leader's default slots (two of 1 thread each on the 2-core
+container), and no secondary variable (the reference also asked whether the response length changes the
+answer; that doubles every stage and does not fit 20 minutes here).
 Every arm gets the same seeds (the reference is topped up from its 3 pilot seeds): within 8 runs that is 4
 seeds each (batch size 2: seeds 0-3; batch size 8: the pilot's 0-2 and seed 3). The learning rate is 1e-5: at 2e-5 batch size 2 collapsed its sampling entropy within a
 few steps on some seeds (gains 0.41, 0.27, 0.11, 0.27, -0.02 over seeds 0-4, `demo_sweep_lr2e-5.json`), so

@@ -295,8 +295,8 @@ def plan_campaign(
 ) -> CampaignPlan:
     """The stages a campaign starts with (the calibration unless turned off, and the first grid as the
     budget sizes it before any measurement), and whether they fit the budget, on `slots` slots of `threads`
-    threads each. A first grid the runs cannot
-    hold is shown as the goal needs it (the run limit lifted), with the budget that would hold it."""
+    threads each. A first grid the runs cannot hold is shown as the goal needs it (the run limit lifted),
+    with the budget that would hold it."""
     stages: list[StageDesign] = []
     if budget.calibrate:
         stages.append(calibration_stage(goal, budget, base_job=base_job))
