@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import math
 
+from a3r.config import WorkspaceConfig, local_host
 from a3r.leader.blueprints import CHECKPOINT_EVERY_S, DEFAULT_BASE_JOB
 from a3r.leader.cli_commands import add_leader_commands
 from a3r.leader.costs import RUN_COST, RUN_COST_THREADS, RunCost
@@ -117,4 +118,8 @@ def test_the_plan_command_prints_the_verdict(tmp_path, monkeypatch, capsys):
     assert args.fn(args) == 0
     out = capsys.readouterr().out
     assert "The budget cannot answer" in out and "--budget max_runs=18" in out
+    # planned on the slots a new workspace gets here (a 2-core CPU host: two of 1 thread)
+    hosts = WorkspaceConfig(hosts=[local_host()])
+    each = f" of {hosts.slot_threads} thread(s) each" if hosts.slot_threads else ""
+    assert f"the confirmation on {hosts.slots} slot(s){each}: about" in out
     assert not (tmp_path / "campaigns").exists()  # planning runs and creates nothing
