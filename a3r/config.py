@@ -212,19 +212,40 @@ def host_has_gpu(dev: Path = Path("/dev")) -> bool:
     return (dev / "kfd").exists() or any(dev.glob("nvidia[0-9]*"))
 
 
-def local_host(slots: int | None = None, *, cores: int | None = None, gpu: bool | None = None) -> HostSpec:
+# Memory one CPU slot's run may take: a SmolLM2-135M training server holds fp32 weights, gradients and
+# AdamW state (about 2.2 GB) plus activations and the evaluation's KV. Default slots never exceed the
+# host's memory at this much per slot, so a many-core host with little memory does not start runs it
+# cannot hold.
+SLOT_MEMORY_GIB = 4.0
+
+
+def host_memory_gib() -> float:
+    """Physical memory of this machine in GiB (a container's limit is not read: a conservative cap)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (AttributeError, ValueError, OSError):
+        return float("inf")
+
+
+def local_host(
+    slots: int | None = None, *, cores: int | None = None, gpu: bool | None = None, memory_gib: float | None = None
+) -> HostSpec:
     """The local host a new campaign workspace gets (`a3r research`, `a3r demo`, `a3r plan`).
 
     By default (`slots` None) a CPU host gets one slot of 1 thread per core: on the 2-core container two
     concurrent 1-thread runs did 1.27x (1.17-1.28) the runs per hour of one 2-thread run at the default run
     shape (24.86 against 21.16 runs/h, docs/benchmarks/run_cost.md, "Latest"). A GPU host keeps one slot
     (its runs are on the GPU; CPU slots would only queue on it). `slots` = N overrides: N slots sharing the
-    cores (max(1, cores // N) threads each, so N slots never oversubscribe them)."""
+    cores (max(1, cores // N) threads each, so N slots never oversubscribe them). The default is capped at
+    one slot per `SLOT_MEMORY_GIB` of memory; only the 2-core container was measured, so on a many-core
+    host the default is a reasonable start, not a measured optimum."""
     cores = host_cores() if cores is None else cores
     if slots is None:
         if host_has_gpu() if gpu is None else gpu:
             return HostSpec(name="local")
-        slots, threads = cores, 1
+        memory = host_memory_gib() if memory_gib is None else memory_gib
+        slots = max(1, min(cores, int(memory // SLOT_MEMORY_GIB)))
+        threads = max(1, cores // slots)
     else:
         threads = max(1, cores // slots)
     return HostSpec(name="local", slots=[SlotSpec(name=str(i), threads=threads) for i in range(slots)])
