@@ -130,3 +130,24 @@ def test_a_judge_that_refuses_the_key_or_has_none_stops_the_check(sandboxed, tmp
     monkeypatch.delenv("SWARM_JUDGE_API_KEY")
     r = check(out, dry_run=False)
     assert r.codes(Severity.ERROR) == {"judge_unavailable"} and "SWARM_JUDGE_API_KEY" in r.errors[0].message
+
+
+@pytest.mark.slow
+def test_training_steps_are_rewarded_by_the_judge(sandboxed, tmp_path, judge_env):
+    """`vibe train`'s loop (without tmux) on the tiny model: its sandboxed plays reach the judge too."""
+    from tests_support import tiny_vibe_job
+
+    from vibe.progress import read_rewards, read_status
+    from vibe.training_loop import train
+
+    srv = judge_env(rule_judge)
+    out = tmp_path / "news"
+    assert main(["new", PROMPT, "--out", str(out), "--no-check"]) == 0
+    tiny_vibe_job(out, batch=2, group=2)
+    rdir = tmp_path / "run"
+    rdir.mkdir()
+    train(out, rdir, steps=1)
+    assert read_status(rdir)["state"] == "done"
+    (row,) = read_rewards(rdir)
+    assert row["episodes"] == 4 and row["components"]["judge"]["mean"] == pytest.approx(1 / 9)
+    assert srv.calls[KEY] >= 1  # 4 replies, some alike: the judge's cache may answer the rest
