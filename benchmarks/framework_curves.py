@@ -5,7 +5,8 @@ identity across stacks is tested per call (tests/engine/server/test_server_http.
 the training result. Each seed trains `arithmetic` once per client stack (`benchmarks/client_stacks.py`:
 the OpenAI SDK, raw httpx, LangChain's ChatOpenAI and a LangGraph agent), each a full `engine.jobs.train_single`
 run (a real `swarm serve` subprocess) with the same job: same problems, same sampling streams
-(`swarm.model.seed` and the task ids), and `inference.batch_invariant` on, so a run repeats bit for bit.
+(`swarm.model.seed` and the task ids), and `inference.batch_invariant` on (unless --no-batch-invariant),
+so a run repeats bit for bit (docs/engine.md, "Reproducible runs").
 
 For every logged per-step metric of the runs (the server's training metrics, the client's held-out
 accuracy), it reports each stack's per-step difference from the reference stack (the first) and the
@@ -17,6 +18,11 @@ difference shows: the smoke test (tests/benchmarks/test_framework_curves_smoke.p
 
     python benchmarks/framework_curves.py --model tiny --steps 2 --eval-size 4 --out /tmp/fc   # smoke
     python benchmarks/framework_curves.py                     # SmolLM2-135M: 2 seeds x 4 stacks, 8 steps
+    python benchmarks/framework_curves.py --no-batch-invariant --out docs/benchmarks/framework_curves_batched
+
+The cost model (a3r.leader.costs) puts one SmolLM2 run of the default shape at about 120 s, so 8 runs at
+about 16 min; it was calibrated with batched decoding, and batch-invariant decoding (one request at a
+time) makes sampling slower by a factor not measured yet.
 """
 
 from __future__ import annotations
@@ -63,7 +69,7 @@ def job_for(seed: int, args: argparse.Namespace) -> jobs.TrainJob:
         keep_final_checkpoint=False,
         swarm=SwarmConfig(
             model={"name": args.model, "seed": seed},
-            inference={"batch_invariant": True},
+            inference={"batch_invariant": args.batch_invariant},
             pool={"policy": "task_count", "batch_size": args.batch, "group_size": args.group},
             training={
                 "max_steps": args.steps, "lr": args.lr, "mini_batch_size": args.batch * args.group,
@@ -178,7 +184,8 @@ def markdown(report: dict[str, Any]) -> str:
         f"Model `{cfg['model']}`, task `arithmetic`, {cfg['steps']} steps of {cfg['batch']} tasks x {cfg['group']} "
         f"episodes, temperature {cfg['temperature']}, max_tokens {cfg['max_tokens']}, lr {cfg['lr']}, "
         f"{cfg['eval_size']} held-out items (greedy) every {cfg['eval_every'] or 'end'} step(s); seeds "
-        f"{cfg['seeds']}; stacks {cfg['stacks']} (reference: `{cfg['stacks'][0]}`); `inference.batch_invariant` on.",
+        f"{cfg['seeds']}; stacks {cfg['stacks']} (reference: `{cfg['stacks'][0]}`); `inference.batch_invariant` "
+        f"{'on' if cfg['batch_invariant'] else 'off'}.",
     ]
     if cfg.get("plant"):
         lines += ["", f"Planted difference: `{cfg['plant']}` (this stack's job differs on purpose)."]
@@ -245,11 +252,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-tokens", type=int, default=12)
     ap.add_argument("--eval-size", type=int, default=64)
     ap.add_argument("--eval-every", type=int, default=4)
+    ap.add_argument("--batch-invariant", action=argparse.BooleanOptionalAction, default=True,
+                    help="decode each request alone so a run repeats bit for bit (default); --no-batch-invariant "
+                    "batches concurrent requests: faster, and log-probs move by ~1e-6 with the rows beside them")
     ap.add_argument("--plant", default=None, help="STACK:FIELD=VALUE: change one stack's job on purpose")
     ap.add_argument("--out", default="docs/benchmarks/framework_curves", help="writes OUT.json, OUT.md, OUT.png")
-    ap.add_argument("--runs", default="runs/framework_curves")
+    ap.add_argument("--runs", default=None, help="run dirs (default runs/<name of --out>): a finished run dir is "
+                    "reused as it is, so another setting needs another folder")
     args = ap.parse_args(argv)
     plant = parse_plant(args.plant) if args.plant else None
+    args.runs = args.runs or str(Path("runs") / Path(args.out).name)
     if plant and plant[0] == args.stacks[0]:
         raise SystemExit("plant the difference in a stack other than the reference (the first of --stacks)")
 
