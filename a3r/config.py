@@ -2,7 +2,8 @@
 
 One file per workspace, `<workspace>/a3r.yaml`:
 
-    hosts:                       # optional; default: one local host with 1 slot
+    hosts:                       # optional; default: one local host with 1 slot (a3r research, demo and
+                                 # plan create one 1-thread slot per core instead: `local_host`)
       - {name: local, kind: local, slots: 4}
       - name: gpu-a
         kind: ssh
@@ -23,6 +24,7 @@ Inventory and scheduler settings are validated at load with messages that say wh
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Annotated, Literal
@@ -32,7 +34,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from a3r.exceptions import ConfigError
 
-__all__ = ["CONFIG_FILE", "HostSpec", "SchedulerConfig", "SlotSpec", "WorkspaceConfig"]
+__all__ = [
+    "CONFIG_FILE",
+    "HostSpec",
+    "SchedulerConfig",
+    "SlotSpec",
+    "WorkspaceConfig",
+    "host_cores",
+    "host_has_gpu",
+    "local_host",
+]
 
 CONFIG_FILE = "a3r.yaml"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -188,6 +199,58 @@ class SchedulerConfig(_Frozen):
         return self
 
 
+def host_cores() -> int:
+    """CPU cores this process may run on (its affinity mask: a container's cpuset, not the machine's)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # no sched_getaffinity (macOS)
+        return max(1, os.cpu_count() or 1)
+
+
+def host_has_gpu(dev: Path = Path("/dev")) -> bool:
+    """Whether this machine has an NVIDIA (or ROCm) GPU device node, without importing torch."""
+    return (dev / "kfd").exists() or any(dev.glob("nvidia[0-9]*"))
+
+
+# Memory one CPU slot's run may take: a SmolLM2-135M training server holds fp32 weights, gradients and
+# AdamW state (about 2.2 GB) plus activations and the evaluation's KV. Default slots never exceed the
+# host's memory at this much per slot, so a many-core host with little memory does not start runs it
+# cannot hold.
+SLOT_MEMORY_GIB = 4.0
+
+
+def host_memory_gib() -> float:
+    """Physical memory of this machine in GiB (a container's limit is not read: a conservative cap)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (AttributeError, ValueError, OSError):
+        return float("inf")
+
+
+def local_host(
+    slots: int | None = None, *, cores: int | None = None, gpu: bool | None = None, memory_gib: float | None = None
+) -> HostSpec:
+    """The local host a new campaign workspace gets (`a3r research`, `a3r demo`, `a3r plan`).
+
+    By default (`slots` None) a CPU host gets one slot of 1 thread per core: on the 2-core container two
+    concurrent 1-thread runs did 1.27x (1.17-1.28) the runs per hour of one 2-thread run at the default run
+    shape (24.86 against 21.16 runs/h, docs/benchmarks/run_cost.md, "Latest"). A GPU host keeps one slot
+    (its runs are on the GPU; CPU slots would only queue on it). `slots` = N overrides: N slots sharing the
+    cores (max(1, cores // N) threads each, so N slots never oversubscribe them). The default is capped at
+    one slot per `SLOT_MEMORY_GIB` of memory; only the 2-core container was measured, so on a many-core
+    host the default is a reasonable start, not a measured optimum."""
+    cores = host_cores() if cores is None else cores
+    if slots is None:
+        if host_has_gpu() if gpu is None else gpu:
+            return HostSpec(name="local")
+        memory = host_memory_gib() if memory_gib is None else memory_gib
+        slots = max(1, min(cores, int(memory // SLOT_MEMORY_GIB)))
+        threads = max(1, cores // slots)
+    else:
+        threads = max(1, cores // slots)
+    return HostSpec(name="local", slots=[SlotSpec(name=str(i), threads=threads) for i in range(slots)])
+
+
 class WorkspaceConfig(_Frozen):
     """Everything in `a3r.yaml`."""
 
@@ -232,6 +295,18 @@ class WorkspaceConfig(_Frozen):
         Path(path).write_text(
             yaml.safe_dump(self.model_dump(mode="json", exclude_defaults=True), sort_keys=False)
         )
+
+    @property
+    def slots(self) -> int:
+        """Slots across every host: how many runs go at once."""
+        return sum(len(h.slots) for h in self.hosts)
+
+    @property
+    def slot_threads(self) -> int | None:
+        """The thread count every slot sets, or None when they differ or one sets none (the cost model
+        then prices a run as owning its host)."""
+        threads = {s.threads for h in self.hosts for s in h.slots}
+        return threads.pop() if len(threads) == 1 else None
 
     def host(self, name: str) -> HostSpec:
         for h in self.hosts:

@@ -258,7 +258,8 @@ def summarize(run: dict[str, Any]) -> dict[str, Any]:
         k: (sum(s[k] for s in server) if server and all(s.get(k) is not None for s in server) else None)
         for k in SERVER_SPLIT
     }
-    eta = run_seconds(run["job"], int(run["job"]["swarm"]["training"]["max_steps"]))
+    # priced at the run's thread count: a 2x1 run at the 1-thread constants, a 1x2 run at the whole host's
+    eta = run_seconds(run["job"], int(run["job"]["swarm"]["training"]["max_steps"]), run.get("threads"))
     return {
         **terms,
         **split,

@@ -482,8 +482,11 @@ def _drive(server: ServerProcess, job: TrainJob, cfg: SwarmConfig, run_dir: Path
         # Episodes the server already holds (replayed from its journal after a crash) train as they are:
         # running them again would train a step's prompts twice and the next step's never.
         held = held_episodes(st["pool"].get("held", {}))
+        # the server's own thread count, as its environment (an A3R slot's OMP_NUM_THREADS) set it
+        summary["torch_threads"] = httpx.get(server.url + "/health", timeout=10).json().get("torch_threads")
         console.print(
-            f"server ROLLING at step {step} ({cfg.model.name}, {cfg.algorithm.policy_loss})"
+            f"server ROLLING at step {step} ({cfg.model.name}, {cfg.algorithm.policy_loss}, "
+            f"{summary['torch_threads']} torch thread(s))"
             + (f"; it holds {len(held)} episodes from before a restart, which are not run again" if held else "")
         )
         # After a restart, evaluations past the resumed step belong to steps that are trained again.

@@ -466,3 +466,16 @@ def train_one_step(srv, timeout: float) -> dict:
                     )
                     ep.end(float(g))
         return c.wait_for_step(1, timeout=timeout)
+
+
+def tiny_vibe_job(root, batch: int, group: int):
+    """The client's vibe.yaml switched to the tiny model with B tasks x N plays per step; the new job."""
+    from vibe.config import VibeJob
+
+    job = VibeJob.load(root / "vibe.yaml")
+    swarm = job.swarm.model_dump() | {"model": {"name": "tiny"}}
+    swarm["pool"] |= {"batch_size": batch, "group_size": group}
+    swarm["training"] |= {"mini_batch_size": batch * group, "micro_batch_size": batch * group}
+    job = VibeJob.model_validate(job.model_dump() | {"swarm": swarm})
+    (root / "vibe.yaml").write_text(job.to_yaml())
+    return job

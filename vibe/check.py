@@ -10,15 +10,20 @@ knows whether it still describes the folder.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from pathlib import Path
 
+from engine.errors import ConfigError
+from engine.rewards.judge import JudgeMisconfigured, LLMJudge
 from vibe.config import VibeJob
 from vibe.data_writer import stale_data
 from vibe.dataset_checks import check_tasks
 from vibe.exceptions import LayoutError, VibeError
 from vibe.flags import Flag, Report, Severity, Stage
 from vibe.jsonl import read_jsonl
+from vibe.judge_link import judge_access
+from vibe.judge_probes import add_judge_flags, probe_judge
 from vibe.layout import CONFIG_FILE, DATA_FILES, ClientDir
 from vibe.loop_probes import loop_probes
 from vibe.sandbox import SandboxLimits, limits_note, run_sandboxed, sandbox_unavailable
@@ -27,6 +32,7 @@ from vibe.static import static_check
 __all__ = ["REPORT_FILE", "check", "load_report", "source_hash"]
 
 REPORT_FILE = "check.json"
+JUDGE_PROBE_TASKS = 4  # (prompt, gold) pairs the judge's hack probes grade: 4 x 4 judge calls
 
 
 def source_hash(cd: ClientDir) -> str:
@@ -64,7 +70,28 @@ def _run(cd: ClientDir, report: Report, dry_run: bool) -> None:
     except LayoutError as e:
         report.add(Stage.LAYOUT, "bad_config", Severity.ERROR, str(e))
         return
+    with contextlib.ExitStack() as stack:
+        try:
+            judge = stack.enter_context(judge_access(job.judge))
+        except ConfigError as e:  # the judge's key is not in the environment
+            report.add(Stage.LAYOUT, "judge_unavailable", Severity.ERROR, f"the LLM judge cannot start: {e}")
+            return
+        _run_with_job(cd, job, report, dry_run, judge)
 
+
+def _probe_judge(judge: LLMJudge, train: list[dict], report: Report) -> None:
+    """The hacks a judge may pay for (padding, self-praise, the rubric's words), with the golds of the first
+    training tasks as the honest replies; run here, on the trusted side, before any client code."""
+    report.stages_run.append(Stage.PROBES)
+    pairs = [(t["prompt"], t["gold"]) for t in train[:JUDGE_PROBE_TASKS]]
+    try:
+        add_judge_flags(probe_judge(judge, pairs), report)
+    except JudgeMisconfigured as e:
+        report.add(Stage.PROBES, "judge_unavailable", Severity.ERROR, f"the LLM judge refuses every request: {e}")
+    report.stats["judge"] = dict(judge.counts)
+
+
+def _run_with_job(cd: ClientDir, job: VibeJob, report: Report, dry_run: bool, judge: LLMJudge | None) -> None:
     report.stages_run.append(Stage.DATASET)
     (train, p1), (test, p2) = (read_jsonl(cd.path(f)) for f in DATA_FILES)
     for problem in p1 + p2:
@@ -72,8 +99,12 @@ def _run(cd: ClientDir, report: Report, dry_run: bool) -> None:
     check_tasks(train, test, max(job.swarm.pool.batch_size, job.check.tasks), job.swarm.pool.group_size, report)
     if report.errors:
         return
+    if judge is not None:
+        _probe_judge(judge, train, report)
+        if report.errors:
+            return
 
-    report.stages_run += [Stage.STATIC, Stage.PROBES]
+    report.stages_run += [s for s in (Stage.STATIC, Stage.PROBES) if s not in report.stages_run]
     static_check(cd.root, report)
     if report.errors:
         return

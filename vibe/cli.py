@@ -116,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     n.add_argument("--prompt-file", help="read the task description from a file")
     n.add_argument("--out", help="new folder for the client (default vibe-<words of the prompt>)")
     n.add_argument("--offline", action="store_true", help="use an offline template even if an endpoint is configured")
-    n.add_argument("--template", choices=["qa", "tool_use", "game"], help="this offline template, whatever the prompt says")
+    n.add_argument("--template", choices=["qa", "tool_use", "game", "summary"], help="this offline template, whatever the prompt says")
     n.add_argument("--examples", metavar="FILE.jsonl",
                    help='build a QA client from your examples, one {"prompt": ..., "answer": ...} per line (offline)')
     n.add_argument("--llm-base-url", help="OpenAI-compatible endpoint (default $A3R_LLM_BASE_URL); key from $A3R_LLM_API_KEY")

@@ -8,6 +8,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from engine.config import SwarmConfig
+from engine.rewards.judge_config import JudgeConfig
 from vibe.exceptions import LayoutError
 from vibe.reward_probes import ProbeLimits
 
@@ -58,6 +59,12 @@ class VibeJob(BaseModel):
         default_factory=list,
         description="Roles (client.py ROLES) whose episodes go to a second server with the same swarm config: "
         "adversarial training, each side its own model. Empty: every role shares the first server's model.",
+    )
+    judge: JudgeConfig | None = Field(
+        None,
+        description="An LLM judge for reward.py (vibe.judge_client.grade): its endpoint (base_url or swarm_url), "
+        "model, rubric and fallback. Its key stays in the environment variable the config names, read on the "
+        "trusted side only; sandboxed client code reaches the judge through vibe.judge_link, never the key.",
     )
     check: CheckConfig = CheckConfig()
 

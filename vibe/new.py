@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from engine.errors import ConfigError
+from engine.rewards.judge_config import JudgeConfig
 from vibe.answer_match import DESCRIPTIONS, Matcher
 from vibe.config import VibeJob
 from vibe.data_writer import write_data
@@ -40,6 +42,23 @@ def set_identity(cd: ClientDir, prompt: str) -> None:
     cd.path(CONFIG_FILE).write_text(job.model_copy(update={"name": name, "description": prompt}).to_yaml())
 
 
+def set_judge_from_env(cd: ClientDir) -> None:
+    """Point the client's judge at the endpoint SWARM_JUDGE_* names (JudgeConfig.from_env, as the engine's
+    `judged_summary` task reads it), keeping the template's rubric unless SWARM_JUDGE_RUBRIC is set; without
+    those variables the template's placeholder stays, and the note says what to edit."""
+    job = VibeJob.load(cd.path(CONFIG_FILE))
+    try:
+        env = JudgeConfig.from_env()
+    except ConfigError:
+        print(f"[vibe] no SWARM_JUDGE_BASE_URL/SWARM_JUDGE_SWARM_URL and SWARM_JUDGE_MODEL: set the judge's endpoint "
+              f"in {cd.path(CONFIG_FILE)} (judge:) before vibe check")
+        return
+    set_fields = env.model_dump(exclude_unset=True)
+    if "rubric" not in set_fields and job.judge is not None:
+        env = env.model_copy(update={"rubric": job.judge.rubric})
+    cd.path(CONFIG_FILE).write_text(job.model_copy(update={"judge": env}).to_yaml())
+
+
 def new_from_template(prompt: str, out: Path, family: Family | None = None) -> Family:
     """Copy the matching template into `out` and write its data; NoEndpointError when none matches."""
     family = family or match_family(prompt)
@@ -52,6 +71,8 @@ def new_from_template(prompt: str, out: Path, family: Family | None = None) -> F
     cd = ClientDir.open(prepare_out(out))
     copy_template(family, cd.root)
     set_identity(cd, prompt)
+    if family is Family.SUMMARY:
+        set_judge_from_env(cd)
     write_data(cd)
     print(f"[vibe] offline template {family.value!r}: {describe(family)} -> {cd.root}")
     return family

@@ -21,6 +21,7 @@ and `vibe check` refuses to call the client checked.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -29,11 +30,13 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-__all__ = ["INSTALL_HINT", "SandboxLimits", "SandboxResult", "run_sandboxed", "sandbox_unavailable", "tail"]
+__all__ = ["INSTALL_HINT", "SandboxLimits", "SandboxResult", "extra_access", "run_sandboxed", "sandbox_unavailable",
+           "tail"]
 
 INSTALL_HINT = "install bubblewrap (`apt-get install bubblewrap`, or `make setup` as root)"
 NOBODY = 65534
@@ -178,6 +181,23 @@ def _limits(limits: SandboxLimits, cgroup: Path | None):
     return apply
 
 
+# Further environment and read-only paths every child gets while an `extra_access` block is open (the
+# LLM judge's bridge, vibe.judge_link): set by the trusted parent, never by client code.
+_EXTRA: dict[str, Any] = {"env": {}, "readable": []}
+
+
+@contextlib.contextmanager
+def extra_access(env: dict[str, str], readable: Sequence[Path]) -> Iterator[None]:
+    """While inside, every `run_sandboxed` child also gets `env` and may read `readable` (blocks nest)."""
+    saved = {"env": dict(_EXTRA["env"]), "readable": list(_EXTRA["readable"])}
+    _EXTRA["env"].update(env)
+    _EXTRA["readable"].extend(readable)
+    try:
+        yield
+    finally:
+        _EXTRA.update(saved)
+
+
 def run_sandboxed(
     module: str, args: list[str], *, root: Path, name: str, limits: SandboxLimits,
     writable: Sequence[Path] = (), readable: Sequence[Path] = (),
@@ -198,7 +218,8 @@ def run_sandboxed(
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(scratch), "TMPDIR": "/tmp", "LANG": "C.UTF-8",
            "PYTHONPATH": os.pathsep.join([project, *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]]),
            "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
-           "NO_PROXY": "*", "HF_HUB_OFFLINE": "1"}
+           "NO_PROXY": "*", "HF_HUB_OFFLINE": "1", **_EXTRA["env"]}
+    readable = [*readable, *_EXTRA["readable"]]
     cmd = bwrap_command(argv, root=root, writable=writable, readable=readable, scratch=scratch)
     cgroup = _pids_cgroup(limits.processes)
     try:

@@ -10,7 +10,9 @@ reply (as a swarm server's key selects an episode):
 - `Reply.span(i)`: the i-th piece (`prompt_spans`) of that message, or "" when it has fewer;
 - `Reply.matching({word: text}, default)`: the text of the first word found (case-insensitive) in that
   message, else `default`; a scripted judge whose grade depends on what it is shown (a gullible judge
-  that pays for flattery, for vibe.judge_probes).
+  that pays for flattery, for vibe.judge_probes);
+- `Reply.script(fn)`: `fn(text of that message)`; a scripted judge that grades by a fixed rule (the
+  `summary` template's tests).
 
 It answers `POST /v1/chat/completions` (plain JSON, or one SSE chunk when `stream` is set) and
 `GET /v1/models`; an unknown key gets 401. Every call is counted per key, so a probe can tell a client
@@ -22,6 +24,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -40,6 +43,7 @@ class ReplyKind(str, Enum):
     ECHO = "echo"
     SPAN = "span"
     MATCH = "match"
+    SCRIPT = "script"
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,7 @@ class Reply:
     text: str = ""
     index: int = 0
     cases: tuple[tuple[str, str], ...] = ()  # MATCH: (word, reply) in order
+    fn: Callable[[str], str] | None = None  # SCRIPT: the last user message's text -> the reply
 
     @classmethod
     def fixed(cls, text: str) -> Reply:
@@ -65,6 +70,10 @@ class Reply:
     def matching(cls, cases: dict[str, str], default: str) -> Reply:
         return cls(ReplyKind.MATCH, text=default, cases=tuple(cases.items()))
 
+    @classmethod
+    def script(cls, fn: Callable[[str], str]) -> Reply:
+        return cls(ReplyKind.SCRIPT, fn=fn)
+
     def render(self, messages: list[dict[str, Any]]) -> str:
         """The reply to a call whose messages are `messages`."""
         if self.kind is ReplyKind.TEXT:
@@ -72,6 +81,8 @@ class Reply:
         prompt = _last_user_text(messages)
         if self.kind is ReplyKind.ECHO:
             return prompt
+        if self.kind is ReplyKind.SCRIPT and self.fn is not None:
+            return self.fn(prompt)
         if self.kind is ReplyKind.MATCH:
             return next((reply for word, reply in self.cases if word.lower() in prompt.lower()), self.text)
         spans = prompt_spans(prompt)

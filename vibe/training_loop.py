@@ -39,6 +39,7 @@ from engine.training.supervised import supervise
 from vibe.config import VibeJob
 from vibe.exceptions import VibeError
 from vibe.jsonl import read_jsonl
+from vibe.judge_link import judge_access
 from vibe.layout import CONFIG_FILE, TRAIN_FILE
 from vibe.netbridge import UnixToTcp
 from vibe.play import split_roles
@@ -155,6 +156,7 @@ def train(root: Path, run_dir: Path, steps: int, warm_start_steps: int = 0) -> N
         # roles per server: each role of a task is its own group there
         sides = split_roles(roles, job.second_server_roles) if roles else [[]]
         with ExitStack() as stack:
+            stack.enter_context(judge_access(job.judge))  # reward.py's LLM judge, reached from the sandbox
             clients = []
             for i, side in enumerate(sides):
                 tag = "" if i == 0 else f"-{i + 1}"  # server 2's files: server-2.log, admin_token-2, ...

@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from a3r.analysis import fmt, t_interval
 from a3r.analysis.evidence import MIN_EFFECT, shows_training
 from a3r.analysis.stats import resolution_sd
-from a3r.leader.design import Arm, ResearchBudget, StageDesign, arm_label, grid
+from a3r.leader.design import Arm, ResearchBudget, StageDesign, arm_label, arm_steps, grid
 from a3r.leader.goals import Goal
 from a3r.leader.knobs import get_dotted
 from a3r.leader.power import TARGET_POWER, confirmation_size, power_at
@@ -131,17 +131,18 @@ def calibration_stage(
     x, level = reference_arm(goal, budget, base_job)
     steps = steps or budget.steps
     label = arm_label(goal, x, level)
+    trains = arm_steps(goal, x, level, steps)  # the reference's own value when the steps are studied
     first = index == 1
     return StageDesign(
         index=index,
         kind="calibration",
         purpose=(
             f"Stage {index}, calibration{'' if first else ' again with more steps'}: the reference configuration "
-            f"{label} for {budget.pilot_seeds} seeds, {steps} steps each, to measure the untrained level, the gain, "
+            f"{label} for {budget.pilot_seeds} seeds, {trains} steps each, to measure the untrained level, the gain, "
             "its noise and the cost of a run before sizing the grid."
         ),
         hypothesis=(
-            f"Training {goal.task} is visible within {steps} steps: the reference configuration's gain in "
+            f"Training {goal.task} is visible within {trains} steps: the reference configuration's gain in "
             f"{goal.metric} over its untrained level has a 95% interval above 0."
         ),
         arms=[
@@ -277,19 +278,24 @@ def size_budget(
     runs_done: int,
     wall_spent_s: float,
     per_run_s: float | None = None,
+    slots: int = 1,
 ) -> tuple[ResearchBudget, list[str]]:
     """The budget the grid runs under, and why: calibrated steps, seeds per arm within [min_seeds,
-    max_seeds], and no more runs than the remaining wall budget holds at the measured cost per run."""
+    max_seeds], and no more runs than the remaining wall budget holds at the measured cost per run on
+    `slots` slots (a run's measured cost is its own wall time: `slots` of them run at once)."""
+    from a3r.leader.costs import runs_within
+
     why = []
     max_runs = budget.max_runs
     per_run = per_run_s or cal.run_s
     if budget.total_wall_s is not None and per_run > 0:
-        left = max(0, math.floor((budget.total_wall_s - wall_spent_s) / per_run))
+        left = runs_within(budget.total_wall_s - wall_spent_s, per_run, slots)
         if runs_done + left < max_runs:
             max_runs = runs_done + left
             why.append(
                 f"The wall budget ({fmt(budget.total_wall_s)} s, {fmt(wall_spent_s)} s spent) holds about {left} more "
-                f"run(s) at about {fmt(per_run)} s each (the calibration's measured cost, scaled per arm)."
+                f"run(s) at about {fmt(per_run)} s each on {slots} slot(s) (the calibration's measured cost, "
+                "scaled per arm)."
             )
     if budget.confirms:
         # the grid explores with the researcher's seeds; the confirmation's fresh seeds carry the power

@@ -83,7 +83,7 @@ def _hosts_config(path: str):
 def _workspace(args: argparse.Namespace, campaign: str, *, create: bool):
     """The campaign's workspace; a new one only when `create` (a resume never makes one)."""
     from a3r.api import Workspace
-    from a3r.config import CONFIG_FILE, HostSpec, WorkspaceConfig
+    from a3r.config import CONFIG_FILE, WorkspaceConfig, local_host
     from a3r.leader.runner import CampaignError
 
     default = args.workspace in (None, ".") and not os.environ.get("A3R_WORKSPACE")
@@ -98,7 +98,7 @@ def _workspace(args: argparse.Namespace, campaign: str, *, create: bool):
         if hosts:
             config = _hosts_config(hosts)
         else:
-            config = WorkspaceConfig(hosts=[HostSpec(name="local", slots=args.slots)])
+            config = WorkspaceConfig(hosts=[local_host(args.slots)])
         return Workspace.create(root, config, db_path=args.db)
     if hosts:
         raise ValueError(
@@ -260,9 +260,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
     try:
         config = _leader_config(args, args.goal, args.campaign or _slug(args.goal))
         goal = _policy(args).understand(args.goal)
+        from a3r.config import WorkspaceConfig, local_host
         from a3r.leader.graph import effective_budget
 
-        plan = plan_campaign(goal, effective_budget(config, goal), config.base_job, slots=args.slots)
+        hosts = WorkspaceConfig(hosts=[local_host(args.slots)])  # the slots a new workspace would get
+        plan = plan_campaign(
+            goal, effective_budget(config, goal), config.base_job, slots=hosts.slots, threads=hosts.slot_threads
+        )
     except Exception as e:
         code = _exit_code(e)
         if code is None:
@@ -291,7 +295,11 @@ def _policy_args(p: argparse.ArgumentParser) -> None:
         "--timeout", type=float, help="stop waiting after this many seconds (the campaign stays resumable)"
     )
     p.add_argument(
-        "--slots", type=int, default=1, help="local slots when the workspace is created (default 1)"
+        "--slots",
+        type=int,
+        default=None,
+        help="local slots when the workspace is created, sharing the cores (default: one 1-thread slot per "
+        "core on a CPU host, one slot on a GPU host)",
     )
 
 

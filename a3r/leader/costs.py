@@ -8,6 +8,11 @@
          + items * per_item                             held-out evaluation (step 0, every eval_every, the end)
          + writes * per_checkpoint                      checkpoint writes the job's policy makes (see below)
 
+A run is priced at its slot's thread count (`run_seconds(..., threads=)`): the constants of a run owning the
+whole host (`RUN_COST`) and, where measured, those of a 1-thread run beside another (`RUN_COST_THREADS`).
+A stage's wall time is the schedule of its runs over the slots (`schedule_seconds`: each run starts on the
+first slot to come free, as the scheduler dispatches them), not their sum divided by the slots.
+
 The planner shows an ETA from it before anything runs; the calibration stage then measures the real cost
 of the reference configuration and scales the model by the ratio (`scale`), so arms that are cheaper or
 dearer than the reference (a smaller batch, shorter replies) are still estimated in proportion. A run's
@@ -17,6 +22,7 @@ line to paste into `RUN_COST`), so a plan's ETA can be checked against the measu
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,11 +32,15 @@ from engine.training.checkpoint import checkpoint_due
 __all__ = [
     "FINAL_WRITE_SHARE",
     "RUN_COST",
+    "RUN_COST_THREADS",
     "RunCost",
     "checkpoint_writes",
+    "cost_of",
     "episode_tokens",
     "fit_run_cost",
     "run_seconds",
+    "runs_within",
+    "schedule_seconds",
 ]
 
 
@@ -70,7 +80,7 @@ SMOLLM2_UPDATE_STEP_S = 0.3
 # optimizer 0.275 s per step, evaluation 20.30 s for 128 items, one checkpoint write 2.40 s. To recalibrate,
 # run `python benchmarks/run_cost.py --shape default --repeats 3` on a quiet machine and paste the
 # `RUN_COST["smollm2-135m"] = ...` line it prints (fit_run_cost of the median run) over the one below.
-# The constants are for one slot owning both cores: a 1-thread slot's run takes about 1.6x as long.
+# The constants are for one slot owning both cores; a 1-thread slot's run is in RUN_COST_THREADS.
 # tiny: a prior for the test fixture (random weights, 2 layers), not measured at this breakdown.
 RUN_COST: dict[str, RunCost] = {
     "smollm2-135m": RunCost(
@@ -92,6 +102,52 @@ RUN_COST: dict[str, RunCost] = {
         per_checkpoint=0.6,
     ),
 }
+
+
+# Runs of one thread each, measured two at a time on the 2-core host (A3R's default there: one 1-thread slot
+# per core, `a3r.config.local_slots`). SmolLM2-135M: `fit_run_cost` of the mean of the two runs of the median
+# 2x1 round (repeat 2: 285.1 and 289.6 s, round wall 289.6 s) of the same command and JSON as RUN_COST's entry;
+# the optimizer's 0.377 s per step is its measured `train_optimizer_s` / 20. Each run takes 1.7x a 2-thread
+# run (283.8 s against 166.7 s by the two entries for the default run), but two run at once. Checked out of
+# sample against repeats 0 and 1: a stage of two runs on two 1-thread slots is priced 283.8 s, against
+# 260.0 and 295.3 s measured (ETA/wall 1.09 and 0.96; tests/a3r_leader/test_costs.py reads the JSON).
+RUN_COST_THREADS: dict[tuple[str, int], RunCost] = {
+    ("smollm2-135m", 1): RunCost(
+        start=16.39,
+        sample_step=0.0,
+        sample_token=0.011918,
+        update_step=0.3768,
+        update_token=0.009596,
+        per_item=0.2926,
+        per_checkpoint=2.156,
+    ),
+}
+
+
+def cost_of(model: str, threads: int | None = None) -> RunCost | None:
+    """The constants a run of `model` costs at `threads` threads per run: the measured entry for that
+    thread count, else the whole-host one (`RUN_COST`: a model measured only there, or a slot that takes
+    all cores); None without a prior for the model."""
+    if threads is not None and (model, threads) in RUN_COST_THREADS:
+        return RUN_COST_THREADS[(model, threads)]
+    return RUN_COST.get(model)
+
+
+def schedule_seconds(runs_s: list[float], slots: int) -> float:
+    """Pure: wall seconds of `runs_s` on `slots` slots, each run started in order on the first slot to come
+    free (the scheduler's FIFO dispatch): 3 equal runs on 2 slots take two runs' time, not one and a half."""
+    free = [0.0] * max(1, slots)
+    for s in runs_s:
+        i = free.index(min(free))
+        free[i] += s
+    return max(free)
+
+
+def runs_within(wall_s: float, run_s: float, slots: int) -> int:
+    """Pure: runs of `run_s` seconds that finish within `wall_s` on `slots` slots (whole rounds per slot)."""
+    if run_s <= 0:
+        raise ValueError(f"run_s must be positive, got {run_s}")
+    return max(0, math.floor(wall_s / run_s)) * max(1, slots)
 
 
 def episode_tokens(job: dict[str, Any]) -> int:
@@ -166,11 +222,12 @@ def checkpoint_writes(
     return writes, ends_written
 
 
-def run_seconds(job: dict[str, Any], steps: int) -> float | None:
+def run_seconds(job: dict[str, Any], steps: int, threads: int | None = None) -> float | None:
     """Prior wall seconds of one run of `job` at `steps` steps (the job's own max_steps when it sets one:
-    a goal may study the steps), or None without a prior for its model. Counts the evaluations (step 0,
-    every eval_every, the end) and the checkpoint writes the engine's rule makes (`checkpoint_writes`)."""
-    cost = RUN_COST.get(str(get_dotted(job, "swarm.model.name", "")))
+    a goal may study the steps) in a slot of `threads` threads (None: the slot owns the host; `cost_of`),
+    or None without a prior for its model. Counts the evaluations (step 0, every eval_every, the end) and
+    the checkpoint writes the engine's rule makes (`checkpoint_writes`)."""
+    cost = cost_of(str(get_dotted(job, "swarm.model.name", "")), threads)
     if cost is None:
         return None
     steps = int(get_dotted(job, "swarm.training.max_steps", None) or steps)

@@ -42,13 +42,16 @@ __all__ = [
     "Arm",
     "BudgetError",
     "ResearchBudget",
+    "STEPS_KEY",
     "StageDesign",
     "arm_label",
+    "arm_steps",
     "between",
     "first_stage",
     "grid",
     "next_stage",
     "research_stages",
+    "steps_per_run",
 ]
 
 
@@ -216,6 +219,28 @@ def arm_label(goal: Goal, x: Any, level: Any = None) -> str:
     return label
 
 
+# The engine's training steps: a goal may study them (goal 3 of docs/benchmarks/real_goals.md), and then
+# every arm trains its own count, not the stage's.
+STEPS_KEY = "swarm.training.max_steps"
+
+
+def arm_steps(goal: Goal, x: Any, level: Any, steps: int) -> Any:
+    """The training steps a run of arm (x, level) trains: its value when the steps are studied, else the
+    stage's `steps` (as `train_job` sets them)."""
+    if goal.factor.key == STEPS_KEY:
+        return x
+    if goal.secondary is not None and goal.secondary.key == STEPS_KEY:
+        return level
+    return steps
+
+
+def steps_per_run(goal: Goal, steps: int) -> str:
+    """A stage's training steps in words: "20 steps per run", or, when the steps are studied, that each
+    run trains its arm's own (a stage line must not name one count for runs that train 1 to 8 steps)."""
+    studied = STEPS_KEY in (goal.factor.key, goal.secondary.key if goal.secondary else None)
+    return "each run trains its arm's step count" if studied else f"{steps} steps per run"
+
+
 def _levels(goal: Goal, budget: ResearchBudget) -> list[Any]:
     return [None] if goal.secondary is None else grid(goal.secondary, budget.secondary_levels)
 
@@ -267,7 +292,7 @@ def first_stage(goal: Goal, budget: ResearchBudget, prior: list[StageDesign] | N
     sec = f" x {goal.secondary.name} {{{', '.join(fmt(v) for v in levels)}}}" if goal.secondary else ""
     purpose = (
         f"Stage {len(prior) + 1}, coarse grid: {goal.factor.name} {{{', '.join(fmt(x) for x in xs)}}}{sec}, "
-        f"{seeds} seed(s) each, {budget.steps} steps per run."
+        f"{seeds} seed(s) each, {steps_per_run(goal, budget.steps)}."
     )
     rationale = [f"Cover {goal.factor.describe()} coarsely before narrowing."]
     pooled = sorted({arm_label(goal, x, lv) for lv in levels for x in xs if used.get((lv, x))})
@@ -534,7 +559,7 @@ def _stage(
     n_new = sum(1 for a in arms if (a.level, a.x) not in tested)
     purpose = (
         f"Stage {index}, {kind}: {len(arms)} arm(s) ({n_new} new value(s), {len(arms) - n_new} with added seeds), "
-        f"{sum(len(a.seeds) for a in arms)} run(s) of {budget.steps} steps."
+        f"{sum(len(a.seeds) for a in arms)} run(s), {steps_per_run(goal, budget.steps)}."
     )
     return StageDesign(
         index=index,

@@ -26,7 +26,6 @@ Compile with a durable checkpointer (`SqliteSaver`, a file separate from the run
 
 from __future__ import annotations
 
-import math
 import re
 import time
 from pathlib import Path
@@ -49,6 +48,7 @@ from a3r.leader.calibration import (
     size_budget,
     wall_budget_advice,
 )
+from a3r.leader.costs import runs_within, schedule_seconds
 from a3r.leader.design import BudgetError, ResearchBudget, StageDesign
 from a3r.leader.goals import Goal
 from a3r.leader.observe import RunRecord, observe
@@ -92,7 +92,11 @@ def build_graph(ws: Workspace, policy: Policy) -> StateGraph:
         return cfg, goal, effective_budget(cfg, goal)
 
     def slots() -> int:
-        return max(1, sum(len(h.slots) for h in ws.config.hosts))
+        return max(1, ws.config.slots)
+
+    def stage_s(goal: Goal, design: StageDesign, base_job: dict[str, Any]) -> float | None:
+        """The cost model's prior for a stage on this workspace's slots, at their thread count."""
+        return stage_prior_s(goal, design, base_job, slots(), ws.config.slot_threads)
 
     def records_of(state: LeaderState, goal: Goal) -> list[RunRecord]:
         calib = frozenset(s["index"] for s in state["stages"] if s["design"]["kind"] == "calibration")
@@ -113,25 +117,25 @@ def build_graph(ws: Workspace, policy: Policy) -> StateGraph:
         """The budget with max_runs cut to what the remaining wall time holds at the measured run cost."""
         if budget.total_wall_s is None or cost <= 0:
             return budget
-        fit = runs_done + max(0, math.floor((budget.total_wall_s - spent) / cost * slots()))
+        fit = runs_done + runs_within(budget.total_wall_s - spent, cost, slots())
         return budget.model_copy(update={"max_runs": min(budget.max_runs, fit)})
 
     def eta(state: LeaderState, design: StageDesign, records: list[RunRecord]) -> float | None:
         """Wall seconds the stage should take: the cost model's prior, scaled by how the finished stages'
         measured times compared with their priors (falls back to the mean measured run)."""
         cfg, goal, _b = ctx(state)
-        prior = stage_prior_s(goal, design, cfg.base_job, slots())
+        prior = stage_s(goal, design, cfg.base_job)
         measured, expected = 0.0, 0.0
         for st in state["stages"]:
             done = StageDesign.model_validate(st["design"])
             walls = [r.wall_s for r in records if r.obs.stage == done.index and r.obs.state == RunState.SUCCEEDED]
-            p = stage_prior_s(goal, done, cfg.base_job, slots())
+            p = stage_s(goal, done, cfg.base_job)
             if walls and len(walls) == done.n_runs and p:
-                measured, expected = measured + sum(walls) / slots(), expected + p
+                measured, expected = measured + schedule_seconds(walls, slots()), expected + p
         if prior is not None and expected > 0:
             return prior * measured / expected
         cost = run_cost(records)
-        return design.n_runs * cost / slots() if cost > 0 else None
+        return schedule_seconds([cost] * design.n_runs, slots()) if cost > 0 else None
 
     def understand(state: LeaderState) -> dict[str, Any]:
         cfg = LeaderConfig.model_validate(state["config"])
@@ -156,7 +160,7 @@ def build_graph(ws: Workspace, policy: Policy) -> StateGraph:
             design = policy.plan_stage(goal, budget, [], None)
         if design is None:
             raise ValueError("the policy planned no first stage; the goal needs at least one experiment")
-        eta_s = stage_prior_s(goal, design, cfg.base_job, slots())  # nothing measured yet: the cost model
+        eta_s = stage_s(goal, design, cfg.base_job)  # nothing measured yet: the cost model
         return {"pending": {"design": design.model_dump(mode="json"), "eta_s": eta_s}, "started_at": time.time()}
 
     def write_blueprints(state: LeaderState) -> dict[str, Any]:
@@ -287,7 +291,7 @@ def build_graph(ws: Workspace, policy: Policy) -> StateGraph:
         )
         if cal.visible:
             per_run = grid_run_seconds(goal, budget, cal, cfg.base_job)
-            sized, why = size_budget(goal, budget, cal, len(records_of(state, goal)), spent, per_run)
+            sized, why = size_budget(goal, budget, cal, len(records_of(state, goal)), spent, per_run, slots())
             try:
                 nxt = policy.plan_stage(goal, sized, designs, None)
             except BudgetError as e:  # the calibration spent what the grid needed: an answer, not a crash

@@ -21,14 +21,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from a3r.leader.calibration import answer_arms, calibration_stage
-from a3r.leader.costs import run_seconds
+from a3r.leader.costs import run_seconds, runs_within, schedule_seconds
 from a3r.leader.design import BudgetError, ResearchBudget, StageDesign, first_stage
 from a3r.leader.goals import Goal
 from a3r.leader.knobs import get_dotted
 from a3r.leader.power import TARGET_POWER, power_at
 from a3r.report.data import question_of
 
-__all__ = ["PRIOR_EFFECT_SD", "CampaignPlan", "ConfirmationPlan", "plan_campaign", "stage_prior_s"]
+__all__ = ["PRIOR_EFFECT_SD", "CampaignPlan", "ConfirmationPlan", "plan_campaign", "stage_prior_s", "stage_runs_s"]
 
 # The effect the plan sizes the confirmation for, in seed sds, before the calibration measures the real
 # one: the committed SmolLM2 arithmetic calibration found an effect of 0.164 (half the reference gain)
@@ -64,6 +64,7 @@ class CampaignPlan:
     needed: dict[str, Any] = field(default_factory=dict)
     shortfall: list[str] = field(default_factory=list)
     confirmation: ConfirmationPlan | None = None  # None without a confirmation stage
+    threads: int | None = None  # threads per slot the runs are priced at (None: a slot owns the host)
 
     @property
     def runs(self) -> int:
@@ -73,7 +74,7 @@ class CampaignPlan:
     @property
     def confirmation_eta_s(self) -> float:
         c = self.confirmation
-        return 0.0 if c is None or c.run_s is None else c.runs * c.run_s / self.slots
+        return 0.0 if c is None or c.run_s is None else schedule_seconds([c.run_s] * c.runs, self.slots)
 
     @property
     def eta_s(self) -> float | None:
@@ -154,6 +155,8 @@ class CampaignPlan:
             ],
             "power": self.power_line(),
             "eta_s": self.eta_s,
+            "slots": self.slots,
+            "threads": self.threads,
             "can_answer": self.can_answer,
             "verdict": self.verdict(),
             "needed_budget": self.needed,
@@ -185,7 +188,7 @@ class CampaignPlan:
         )
         wall = ""
         if self.eta_s is not None and c.run_s is not None:
-            total = sum(self.stage_eta_s) + c.arms * c.needed * c.run_s / self.slots
+            total = sum(self.stage_eta_s) + schedule_seconds([c.run_s] * (c.arms * c.needed), self.slots)
             wall = f", about {total / 60:.0f} min by the cost model"
             if b.total_wall_s is not None and total > b.total_wall_s:
                 parts.append(f"total_wall_s={math.ceil(total / 60) * 60}")
@@ -193,6 +196,10 @@ class CampaignPlan:
             f"; below {TARGET_POWER:.0%}. {TARGET_POWER:.0%} needs {c.needed} seed(s) per arm: {runs} run(s) in all"
             f"{wall} (--budget {','.join(parts) or f'max_runs={runs}'})."
         )
+
+    def _slots(self) -> str:
+        threads = "" if self.threads is None else f" of {self.threads} thread(s) each"
+        return f"{self.slots} slot(s){threads}"
 
     def render(self) -> str:
         g = self.goal
@@ -221,7 +228,7 @@ class CampaignPlan:
         lines.append(self.power_line())
         if self.eta_s is not None:
             lines.append(
-                f"ETA of these stages and the confirmation on {self.slots} slot(s): about {self.eta_s / 60:.1f} min (prior estimate, "
+                f"ETA of these stages and the confirmation on {self._slots()}: about {self.eta_s / 60:.1f} min (prior estimate, "
                 "evaluations and checkpoints included; the grid is re-sized from the calibration's measured cost "
                 "and noise)."
             )
@@ -235,10 +242,11 @@ def plan_confirmation(
     stages: list[StageDesign],
     stage_eta_s: list[float | None],
     slots: int,
+    run_s: float | None,
 ) -> ConfirmationPlan | None:
     """The confirmation the campaign would run after `stages`: the seeds per arm for 80% power against
     `PRIOR_EFFECT_SD`, capped by max_seeds, the runs left and (by the cost model) the wall time left, as
-    the campaign caps it; None without a confirmation. A run is priced as the first comparison's average."""
+    the campaign caps it; None without a confirmation. A run costs `run_s`: the first comparison's average."""
     if not budget.confirms:
         return None
     per_level = answer_arms(goal, budget)
@@ -252,30 +260,43 @@ def plan_confirmation(
     while needed < 64 and power(needed) < TARGET_POWER:
         needed += 1
     seeds = min(needed, budget.max_seeds, max(0, budget.max_runs - sum(s.n_runs for s in stages)) // arms)
-    last, eta = stages[-1], stage_eta_s[-1]
-    run_s = eta * slots / last.n_runs if eta is not None else None
     if budget.total_wall_s is not None and run_s and all(e is not None for e in stage_eta_s):
         wall_left = budget.total_wall_s - sum(stage_eta_s)
-        seeds = min(seeds, max(0, math.floor(wall_left * slots / run_s)) // arms)
+        seeds = min(seeds, runs_within(wall_left, run_s, slots) // arms)
     return ConfirmationPlan(arms, seeds, needed, power(seeds), run_s)
 
 
-def stage_prior_s(goal: Goal, design: StageDesign, base_job: dict[str, Any], slots: int = 1) -> float | None:
-    """Prior wall seconds of a stage on `slots` slots from the cost model (None without a prior)."""
+def stage_runs_s(
+    goal: Goal, design: StageDesign, base_job: dict[str, Any], threads: int | None = None
+) -> list[float] | None:
+    """Prior seconds of each of a stage's runs, in the order they are submitted (arm by arm, seed by seed),
+    at `threads` threads per slot (None without a prior)."""
     from a3r.leader.blueprints import train_job
 
-    per_arm = [run_seconds(train_job(goal, a, design.steps, base_job), design.steps) for a in design.arms]
+    per_arm = [
+        run_seconds(train_job(goal, a, design.steps, base_job), design.steps, threads) for a in design.arms
+    ]
     if any(x is None for x in per_arm):
         return None
-    return sum(x * len(a.seeds) for x, a in zip(per_arm, design.arms, strict=True)) / slots
+    return [x for x, a in zip(per_arm, design.arms, strict=True) for _seed in a.seeds]
+
+
+def stage_prior_s(
+    goal: Goal, design: StageDesign, base_job: dict[str, Any], slots: int = 1, threads: int | None = None
+) -> float | None:
+    """Prior wall seconds of a stage from the cost model: its runs, priced at `threads` threads, scheduled
+    over `slots` slots (`schedule_seconds`); None without a prior."""
+    runs = stage_runs_s(goal, design, base_job, threads)
+    return None if runs is None else schedule_seconds(runs, slots)
 
 
 def plan_campaign(
-    goal: Goal, budget: ResearchBudget, base_job: dict[str, Any], *, slots: int = 1
+    goal: Goal, budget: ResearchBudget, base_job: dict[str, Any], *, slots: int = 1, threads: int | None = None
 ) -> CampaignPlan:
     """The stages a campaign starts with (the calibration unless turned off, and the first grid as the
-    budget sizes it before any measurement), and whether they fit the budget. A first grid the runs cannot
-    hold is shown as the goal needs it (the run limit lifted), with the budget that would hold it."""
+    budget sizes it before any measurement), and whether they fit the budget, on `slots` slots of `threads`
+    threads each. A first grid the runs cannot hold is shown as the goal needs it (the run limit lifted),
+    with the budget that would hold it."""
     stages: list[StageDesign] = []
     if budget.calibrate:
         stages.append(calibration_stage(goal, budget, base_job=base_job))
@@ -288,13 +309,15 @@ def plan_campaign(
         )
         lifted = budget.model_copy(update={"max_runs": sum(s.n_runs for s in stages) + e.needed})
         stages.append(first_stage(goal, lifted, prior=list(stages)))
-    etas = [stage_prior_s(goal, st, base_job, slots) for st in stages]
+    runs_s = [stage_runs_s(goal, st, base_job, threads) for st in stages]
+    etas = [None if r is None else schedule_seconds(r, slots) for r in runs_s]
+    last = runs_s[-1]
     model = str(get_dotted(base_job, "swarm.model.name", ""))
     if goal.fixed.get("swarm.model.name"):
         model = str(goal.fixed["swarm.model.name"])
-    confirmation = plan_confirmation(goal, budget, stages, etas, slots)
+    confirmation = plan_confirmation(goal, budget, stages, etas, slots, sum(last) / len(last) if last else None)
     plan = CampaignPlan(
-        goal, budget, model, stages, etas, slots, shortfall=shortfall, confirmation=confirmation
+        goal, budget, model, stages, etas, slots, shortfall=shortfall, confirmation=confirmation, threads=threads
     )
     needed: dict[str, Any] = {}
     if confirmation is not None and confirmation.seeds < budget.min_seeds:

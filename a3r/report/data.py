@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from a3r.analysis import Evidence, Question, RunObs, analyse, fmt
+from a3r.leader.costs import schedule_seconds
 from a3r.leader.design import ResearchBudget, StageDesign
 from a3r.leader.goals import Goal
 from a3r.leader.observe import RunRecord
@@ -134,7 +135,7 @@ class StageView:
     design: StageDesign
     run_ids: list[int]
     eta_s: float | None  # estimated wall seconds when the stage was planned
-    actual_s: float  # wall seconds its runs took (slot time / slots)
+    actual_s: float  # wall seconds its runs took, scheduled over the slots in order (as the ETA)
     arms: list[ArmRow]  # pooled evidence as of this stage, for the arms this stage ran
     verdict: str
     decision: dict[str, Any]  # Decision as data (action, reason, author)
@@ -264,7 +265,8 @@ def build_report_data(
                 design=design,
                 run_ids=list(st.get("run_ids", [])),
                 eta_s=st.get("eta_s"),
-                actual_s=sum(r.wall_s for r in records if r.obs.stage == design.index) / max(1, slots),
+                # the stage's runs over the slots, as its ETA schedules them (3 runs on 2 slots: 2 runs' time)
+                actual_s=schedule_seconds([r.wall_s for r in records if r.obs.stage == design.index], slots),
                 arms=_arm_rows(ev_k, labels),
                 verdict=ev_k.answer,
                 decision=st.get("decision") or {},

@@ -133,8 +133,11 @@ def create_app(server: SwarmServer, admin_token: str, public_url: str | None = N
     # -- health and models ------------------------------------------------------------------------
     @app.get("/health")
     async def health():
-        """Liveness, the lifecycle state and the last boot or training error (None when healthy)."""
-        return {"ok": True, "state": server.state.value, "error": server.error}
+        """Liveness, the lifecycle state, the last boot or training error (None when healthy) and the torch
+        threads this server computes with (what its slot's OMP_NUM_THREADS gave it: A3R's 1-thread slots)."""
+        import torch  # loaded by the backend already; here only to read the thread count
+
+        return {"ok": True, "state": server.state.value, "error": server.error, "torch_threads": torch.get_num_threads()}
 
     @app.get("/v1/models")
     async def models(authorization: str | None = Header(None)):

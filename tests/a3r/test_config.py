@@ -2,7 +2,7 @@
 
 import pytest
 
-from a3r.config import CONFIG_FILE, HostSpec, SchedulerConfig, WorkspaceConfig
+from a3r.config import CONFIG_FILE, HostSpec, SchedulerConfig, WorkspaceConfig, host_has_gpu, local_host
 from a3r.exceptions import ConfigError
 from a3r.hosts.ssh import SshHost
 
@@ -53,6 +53,36 @@ def test_cpu_slots_split_the_cores_by_thread_count():
         "OMP_NUM_THREADS": "4",
         "MKL_NUM_THREADS": "4",
     }
+
+
+def test_a_new_campaigns_local_host_is_one_1_thread_slot_per_core_on_a_cpu():
+    """What `a3r research`, `a3r demo` and `a3r plan` create: C slots of 1 thread on a C-core CPU host (two
+    1-thread runs did 1.27x the runs per hour of one 2-thread run on the 2-core host); one slot on a GPU
+    host; `--slots N` splits the cores over N slots."""
+    cpu = WorkspaceConfig(hosts=[local_host(cores=2, gpu=False, memory_gib=24)])
+    assert [(s.name, s.threads) for s in cpu.host("local").slots] == [("0", 1), ("1", 1)]
+    assert (cpu.slots, cpu.slot_threads) == (2, 1)
+    assert [s.threads for s in local_host(cores=8, gpu=False, memory_gib=64).slots] == [1] * 8
+    # memory caps the default at one slot per SLOT_MEMORY_GIB (4): 8 cores with 12 GiB get 3 slots, the
+    # cores split over them; an explicit --slots is the user's call and is not capped
+    assert [s.threads for s in local_host(cores=8, gpu=False, memory_gib=12).slots] == [2, 2, 2]
+    assert [s.threads for s in local_host(cores=2, gpu=False, memory_gib=3).slots] == [2]
+    assert len(local_host(8, cores=8, gpu=False, memory_gib=3).slots) == 8
+    gpu = WorkspaceConfig(hosts=[local_host(cores=16, gpu=True)])
+    assert (gpu.slots, gpu.slot_threads) == (1, None) and gpu.host("local").slots[0].job_env() == {}
+    assert [s.threads for s in local_host(1, cores=2, gpu=False).slots] == [2]
+    assert [s.threads for s in local_host(3, cores=8, gpu=True).slots] == [2, 2, 2]
+    assert [s.threads for s in local_host(4, cores=2).slots] == [1] * 4  # never below one thread
+    mixed = WorkspaceConfig.parse({"hosts": [{"name": "a", "slots": [{"name": "0", "threads": 1}, {"name": "1"}]}]})
+    assert (mixed.slots, mixed.slot_threads) == (2, None)
+
+
+def test_a_gpu_is_seen_by_its_device_node(tmp_path):
+    assert not host_has_gpu(tmp_path)
+    (tmp_path / "nvidiactl").touch()
+    assert not host_has_gpu(tmp_path)  # the control node alone is no GPU
+    (tmp_path / "nvidia0").touch()
+    assert host_has_gpu(tmp_path)
 
 
 @pytest.mark.parametrize(

@@ -71,6 +71,9 @@ def test_a_visible_gain_sizes_the_grid_for_power():
     tight = budget.model_copy(update={"total_wall_s": 1000.0})
     capped, why = size_budget(goal, tight, cal, runs_done=3, wall_spent_s=400, per_run_s=100)
     assert capped.max_runs == 3 + 6 and any("wall budget" in w for w in why)
+    # on two slots the 600 s left hold 6 rounds of 2 runs, not 6 runs
+    two, why = size_budget(goal, tight, cal, runs_done=3, wall_spent_s=400, per_run_s=100, slots=2)
+    assert two.max_runs == 3 + 12 and any("12 more run(s) at about 100 s each on 2 slot(s)" in w for w in why)
 
 
 def test_a_calibration_that_spends_the_wall_budget_ends_in_cannot_tell_with_the_budget_that_would_do():

@@ -4,9 +4,28 @@ fit that turns a measured breakdown (`benchmarks/run_cost.py`) into its constant
 
 from __future__ import annotations
 
+import json
+import statistics
+from pathlib import Path
+
 import pytest
 
-from a3r.leader.costs import RUN_COST, RunCost, checkpoint_writes, episode_tokens, fit_run_cost, run_seconds
+from a3r.leader.blueprints import DEFAULT_BASE_JOB
+from a3r.leader.costs import (
+    RUN_COST,
+    RUN_COST_THREADS,
+    RunCost,
+    checkpoint_writes,
+    cost_of,
+    episode_tokens,
+    fit_run_cost,
+    run_seconds,
+    runs_within,
+    schedule_seconds,
+)
+from a3r.leader.knobs import set_dotted
+
+SLOTS_JSON = Path(__file__).parents[2] / "docs" / "benchmarks" / "run_cost_slots_vs_main.json"
 
 
 def test_checkpoint_writes_follow_the_engine_rule():
@@ -144,3 +163,67 @@ def test_the_fitted_model_gives_back_the_measured_wall_time(monkeypatch):
         },
     }
     assert run_seconds(job, 20) == pytest.approx(sum(BREAKDOWN.values()))
+
+
+def test_runs_are_scheduled_over_slots_in_whole_rounds():
+    assert schedule_seconds([10.0] * 3, 2) == 20.0  # 3 equal runs on 2 slots: two runs' time
+    assert schedule_seconds([10.0] * 4, 1) == 40.0
+    assert schedule_seconds([30.0, 10.0, 10.0, 10.0], 2) == 30.0  # the three short ones share a slot
+    assert schedule_seconds([10.0, 10.0, 30.0], 2) == 40.0  # in submission order: the long one comes last
+    assert schedule_seconds([], 2) == 0.0
+    assert runs_within(100.0, 30.0, 2) == 6 and runs_within(29.0, 30.0, 2) == 0 and runs_within(-5.0, 30.0, 1) == 0
+
+
+def test_a_run_is_priced_at_its_slots_thread_count(cost, monkeypatch):
+    one = RunCost(
+        start=20.0, sample_step=0.0, sample_token=0.01, update_step=1.0, update_token=0.01, per_item=0.3, per_checkpoint=7.0
+    )
+    monkeypatch.setitem(RUN_COST_THREADS, ("smollm2-135m", 1), one)
+    job = _job(checkpoint_every=0)
+    # a step of 800 episode-tokens: 1 + 0.02 x 800 = 17 s; 20 steps, 128 items at 0.3 s
+    assert run_seconds(job, 20, threads=1) == pytest.approx(20 + 20 * 17 + 128 * 0.3)
+    assert run_seconds(job, 20) == pytest.approx(15 + 20 * 9 + 128 * 0.17)  # the slot owns the host
+    assert cost_of("smollm2-135m", 4) is cost and cost_of("smollm2-135m", None) is cost  # none measured at 4
+    assert cost_of("some/hf-dir", 1) is None
+
+
+def _slot_rounds() -> list[dict]:
+    return [r for r in json.loads(SLOTS_JSON.read_text())["rounds"] if r["layout"] == "2x1"]
+
+
+def test_the_one_thread_entry_is_the_fit_of_the_median_two_slot_round():
+    """RUN_COST_THREADS' SmolLM2 entry is `fit_run_cost` of the mean of repeat 2's two runs (the median
+    round of the committed 2x1 measurement), to the rounding of its printed constants."""
+    (median,) = [r for r in _slot_rounds() if r["repeat"] == 2]
+    walls = sorted(r["wall_s"] for r in _slot_rounds())
+    assert median["wall_s"] == walls[1]
+    keys = ("process_s", "imports_s", "server_s", "load_s", "other_s", "sample_s", "update_s", "eval_s")
+    runs = median["per_run"]
+    mean = {k: statistics.mean(p[k] for p in runs) for k in (*keys, "checkpoint_s", "checkpoint_written", "train_optimizer_s")}
+    fitted = fit_run_cost(
+        mean,
+        steps=20,
+        episode_tokens=16 * 32,
+        eval_items=128,
+        checkpoint_writes=mean["checkpoint_written"],
+        update_step=mean["train_optimizer_s"] / 20,
+    )
+    entry = RUN_COST_THREADS[("smollm2-135m", 1)]
+    for field in RunCost.__dataclass_fields__:
+        assert getattr(entry, field) == pytest.approx(getattr(fitted, field), rel=1e-3), field
+
+
+def test_the_plan_eta_of_two_one_thread_runs_lands_within_20_percent_of_every_measured_round():
+    """The default run on two 1-thread slots, as a stage of 2 runs (seeds 0 and 1, as measured): the ETA
+    is one 1-thread run (both run at once). Repeat 2 is the fitted round (in sample); repeats 0 and 1 are
+    out of sample. The whole-host constants with the runs' sum split over the slots (the model before
+    slots were priced) would be 40% short."""
+    job = json.loads(json.dumps(DEFAULT_BASE_JOB))
+    set_dotted(job, "swarm.training.max_steps", 20)
+    eta = schedule_seconds([run_seconds(job, 20, threads=1)] * 2, 2)
+    rounds = _slot_rounds()
+    assert len(rounds) == 3
+    for r in rounds:
+        assert 0.8 <= eta / r["wall_s"] <= 1.2, (r["repeat"], eta, r["wall_s"])
+    old = 2 * run_seconds(job, 20) / 2
+    assert all(old / r["wall_s"] < 0.8 for r in rounds)

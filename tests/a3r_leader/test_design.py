@@ -336,3 +336,19 @@ def test_a_threshold_confirmation_does_not_confirm_an_answer_whose_tested_neighb
     assert {a.x for a in stages[-1].arms} == {8, 23, 64}
     th = ev.levels[0].threshold
     assert th.answer.x == 8 and not ev.conclusive and "Not confirmed" in th.verdict
+
+
+def test_stage_lines_name_each_runs_own_steps_when_the_steps_are_studied():
+    """Issue 25: with training steps as the variable each run trains its arm's count, so no stage line may
+    say "20 steps" (the budget's): the calibration names the reference's own count (8), the grid says each
+    run trains its arm's. A goal that studies something else keeps the budget's count."""
+    budget = ResearchBudget()
+    steps = parse_goal("What is the minimum number of training steps that still trains arithmetic: 1, 2, 4 or 8?")
+    cal = calibration_stage(steps, budget)
+    assert [a.x for a in cal.arms] == [8] and "3 seeds, 8 steps each" in cal.purpose
+    assert "within 8 steps" in cal.hypothesis and "20 steps" not in cal.purpose + cal.hypothesis
+    grid = first_stage(steps, budget, prior=[cal])
+    assert grid.purpose.endswith("each run trains its arm's step count.") and "20 steps" not in grid.purpose
+    other = parse_goal("find the smallest batch size that still trains arithmetic (2 to 8)")
+    assert "20 steps each" in calibration_stage(other, budget).purpose
+    assert first_stage(other, budget).purpose.endswith(", 20 steps per run.")

@@ -6,9 +6,10 @@ from __future__ import annotations
 import argparse
 import math
 
+from a3r.config import WorkspaceConfig, local_host
 from a3r.leader.blueprints import CHECKPOINT_EVERY_S, DEFAULT_BASE_JOB
 from a3r.leader.cli_commands import add_leader_commands
-from a3r.leader.costs import RUN_COST
+from a3r.leader.costs import RUN_COST, RUN_COST_THREADS, RunCost
 from a3r.leader.design import ResearchBudget
 from a3r.leader.goals import parse_goal
 from a3r.leader.planning import PRIOR_EFFECT_SD, plan_campaign
@@ -17,11 +18,12 @@ from a3r.leader.power import power_at
 GOAL = "Which learning rate trains arithmetic best: 3e-6, 1.5e-5 or 6e-5?"
 
 
-def _smollm2_run_s(steps: int) -> float:
+def _smollm2_run_s(steps: int, c: RunCost | None = None) -> float:
     """One run of the default job by hand: 4 tasks x 4 episodes of up to 32 tokens per step, 64 held-out
     items at step 0 and at the end, a checkpoint at the first step ending 120 s (CHECKPOINT_EVERY_S) after
-    the last (the server's clock runs through the step-0 evaluation), none at the end (the job deletes them)."""
-    c = RUN_COST["smollm2-135m"]
+    the last (the server's clock runs through the step-0 evaluation), none at the end (the job deletes them).
+    At the constants `c` (default: a run owning the host)."""
+    c = c or RUN_COST["smollm2-135m"]
     step_s = c.sample_step + c.update_step + (c.sample_token + c.update_token) * 16 * 32
     eval_s = 64 * c.per_item
     first = math.ceil((CHECKPOINT_EVERY_S - eval_s) / step_s)
@@ -75,6 +77,26 @@ def test_a_wall_budget_the_cost_model_says_is_too_short_gets_the_one_that_holds_
     assert capped.verdict().startswith("The budget can answer: the calibration, the first comparison and the confirmation")
 
 
+def test_two_one_thread_slots_price_runs_at_one_thread_and_schedule_them_in_rounds():
+    """A3R's default on a 2-core host: 2 slots of 1 thread. Each run costs the 1-thread constants (about
+    1.7x a 2-thread run), and a stage takes whole rounds of 2 runs: the calibration's 3 runs take 2 runs'
+    time, the grid's 6 take 3, the confirmation's 33 take 17 (not 42 / 2 = 21 runs' time in all)."""
+    goal = parse_goal(GOAL)
+    one = _smollm2_run_s(20, RUN_COST_THREADS[("smollm2-135m", 1)])
+    assert one > 1.5 * _smollm2_run_s(20)
+    plan = plan_campaign(goal, ResearchBudget(), DEFAULT_BASE_JOB, slots=2, threads=1)
+    assert [s.n_runs for s in plan.stages] == [3, 6] and plan.confirmation.runs == 33
+    assert all(math.isclose(e, k * one, rel_tol=1e-12) for e, k in zip(plan.stage_eta_s, (2, 3), strict=True))
+    assert math.isclose(plan.confirmation.run_s, one, rel_tol=1e-12)
+    assert math.isclose(plan.eta_s, (2 + 3 + 17) * one, rel_tol=1e-9)
+    assert "on 2 slot(s) of 1 thread(s) each" in plan.render()
+    # a wall budget of the first stages and 6 more rounds holds 12 confirmation runs: 4 seeds per arm
+    capped = plan_campaign(
+        goal, ResearchBudget(total_wall_s=(5 + 6) * one + 30), DEFAULT_BASE_JOB, slots=2, threads=1
+    )
+    assert capped.confirmation.seeds == 4 and capped.can_answer
+
+
 def test_checkpoints_and_evaluations_are_in_the_estimate():
     goal = parse_goal(GOAL)
     quiet = {**DEFAULT_BASE_JOB, "swarm": {**DEFAULT_BASE_JOB["swarm"], "training": {"checkpoint_every": 0}}}
@@ -96,4 +118,8 @@ def test_the_plan_command_prints_the_verdict(tmp_path, monkeypatch, capsys):
     assert args.fn(args) == 0
     out = capsys.readouterr().out
     assert "The budget cannot answer" in out and "--budget max_runs=18" in out
+    # planned on the slots a new workspace gets here (a 2-core CPU host: two of 1 thread)
+    hosts = WorkspaceConfig(hosts=[local_host()])
+    each = f" of {hosts.slot_threads} thread(s) each" if hosts.slot_threads else ""
+    assert f"the confirmation on {hosts.slots} slot(s){each}: about" in out
     assert not (tmp_path / "campaigns").exists()  # planning runs and creates nothing

@@ -42,7 +42,7 @@ def test_an_undefined_name_in_a_function_body_is_caught_statically(qa_client):
     assert "dry_run" not in r.stages_run  # stopped before any server started
 
 
-@pytest.mark.parametrize("family", ["qa", "tool_use", "game"])
+@pytest.mark.parametrize("family", ["qa", "tool_use", "game", "summary"])
 def test_every_template_passes_the_static_stage(tmp_path, family):
     from vibe.flags import Report
     from vibe.static import static_check

@@ -9,6 +9,7 @@ import subprocess
 import time
 
 import pytest
+from tests_support import tiny_vibe_job as _tiny
 
 from vibe.cli import main
 from vibe.config import VibeJob
@@ -46,17 +47,6 @@ def test_steps_trained_from_replayed_episodes_get_their_own_rows():
     assert replayed_rows(2, 3, metrics) == []  # one step per wait: nothing was replayed
     assert replayed_rows(2, 4, metrics[2:]) == []  # no server figures for step 3: no invented row
     assert flat_streak([{"groups": 2, "flat_groups": 2}, row]) == 0  # a replayed row is not "flat"
-
-
-def _tiny(root, batch: int, group: int) -> VibeJob:
-    """The client's vibe.yaml switched to the tiny model with B tasks x N plays per step; the new job."""
-    job = VibeJob.load(root / "vibe.yaml")
-    swarm = job.swarm.model_dump() | {"model": {"name": "tiny"}}
-    swarm["pool"] |= {"batch_size": batch, "group_size": group}
-    swarm["training"] |= {"mini_batch_size": batch * group, "micro_batch_size": batch * group}
-    job = VibeJob.model_validate(job.model_dump() | {"swarm": swarm})
-    (root / "vibe.yaml").write_text(job.to_yaml())
-    return job
 
 
 @pytest.mark.slow

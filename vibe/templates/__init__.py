@@ -1,7 +1,7 @@
 """Offline templates for known task families, and the keyword matcher that picks one for a prompt.
 
 Matching is deliberately strict: a template trains one task (arithmetic, a calculator tool, who is the
-spy), so a prompt must name that task's subject to get it; among the templates it names, keyword counts
+spy, news summaries graded by an LLM judge), so a prompt must name that task's subject to get it; among the templates it names, keyword counts
 pick one. A prompt that names none gets no template and the caller refuses, listing what each trains,
 rather than build a client for another task ("yes/no questions about primes" is not arithmetic QA).
 """
@@ -23,6 +23,7 @@ class Family(str, Enum):
     QA = "qa"
     TOOL_USE = "tool_use"
     GAME = "game"
+    SUMMARY = "summary"
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,7 @@ class _Family:
     summary: str
     subjects: tuple[str, ...]  # at least one must occur: the task the template actually trains
     keywords: tuple[str, ...]
+    requires: tuple[str, ...] = ()  # when given, one of these must occur too (summaries: of news items)
 
 
 FAMILIES = (
@@ -48,6 +50,12 @@ FAMILIES = (
             ("arithmetic", "math", "maths", "mathematics", "sum", "sums", "addition", "subtraction", "multiplication",
              "multiply", "add", "product", "products"),
             ("question", "questions", "answer", "answering", "qa", "quiz", "arithmetic", "math", "single-turn")),
+    _Family(Family.SUMMARY, "one-sentence summaries of short news items, graded by an LLM judge (no checkable "
+            "answer; the judge's endpoint in vibe.yaml or SWARM_JUDGE_*)",
+            ("summary", "summaries", "summarise", "summarize", "summarising", "summarizing"),
+            ("summary", "summaries", "summarise", "summarize", "news", "sentence", "one-sentence", "text", "texts",
+             "article", "articles", "judge", "items"),
+            ("news",)),
 )
 
 
@@ -57,7 +65,7 @@ def match_family(prompt: str) -> Family | None:
     words = re.findall(r"[a-z][a-z-]*", prompt.lower())
     best, hits = None, -1
     for f in FAMILIES:
-        if not any(w in f.subjects for w in words):
+        if not any(w in f.subjects for w in words) or (f.requires and not any(w in f.requires for w in words)):
             continue
         n = sum(1 for w in words if w in f.keywords or w in f.subjects)
         if n > hits:

@@ -8,6 +8,7 @@ import time
 import httpx
 import openai
 import pytest
+import torch
 
 from engine.client import SwarmHTTPError
 from engine.config import SwarmConfig
@@ -22,7 +23,8 @@ def _auth(key: str) -> dict[str, str]:
 
 def test_health_models_and_openapi(live_server):
     srv = live_server()
-    assert httpx.get(srv.url + "/health").json() == {"ok": True, "state": "ROLLING", "error": None}
+    health = {"ok": True, "state": "ROLLING", "error": None, "torch_threads": torch.get_num_threads()}
+    assert httpx.get(srv.url + "/health").json() == health
     schema = httpx.get(srv.url + "/openapi.json").json()
     assert "/v1/chat/completions" in schema["paths"] and "/swarm/episodes" in schema["paths"]
     with srv.client() as c:
