@@ -22,6 +22,7 @@ __all__ = ["JudgeNotConfigured", "JudgeUngraded", "grade"]
 
 URL_ENV = "VIBE_JUDGE_URL"  # set by vibe.judge_link on the trusted side
 BRIDGE_ENV = "VIBE_JUDGE_BRIDGE"
+TOKEN_ENV = "VIBE_JUDGE_TOKEN"  # the service's own token: it grades only for the client it was started for
 # The judge service applies the judge's own timeouts and retries; this only bounds a hung connection.
 TIMEOUT_S = 600.0
 
@@ -54,7 +55,8 @@ def _url() -> str:
 def grade(prompt: str, reply: str) -> float:
     """The judge's reward in [0, 1] for `reply` to `prompt` (the fallback score when the judge is set to
     `fallback: default` and could not grade). JudgeUngraded when there is no grade to give."""
-    r = httpx.post(_url() + "/grade", json={"prompt": prompt, "reply": reply}, timeout=TIMEOUT_S)
+    headers = {"Authorization": f"Bearer {os.environ.get(TOKEN_ENV, '')}"}
+    r = httpx.post(_url() + "/grade", json={"prompt": prompt, "reply": reply}, headers=headers, timeout=TIMEOUT_S)
     if r.status_code != 200:
         raise JudgeUngraded(f"the judge gave no grade (HTTP {r.status_code}): {r.text[:300]}")
     return float(r.json()["reward"])

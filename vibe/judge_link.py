@@ -10,16 +10,22 @@ carries its port into every sandboxed child over a unix socket (vibe.netbridge),
 The judge's own calls never train: it talks to its own endpoint with its own client (a swarm server
 `swarm_url` sees them as eval episodes, which never enter the pool), never to the policy episode's key.
 
-    POST /grade {"prompt": ..., "reply": ...}
+    POST /grade {"prompt": ..., "reply": ...}   with `Authorization: Bearer <VIBE_JUDGE_TOKEN>`
       200 {"reward": r, "fallback": bool}   r in [0, 1]
       503 {"error": ...}                     the judge could not grade it (fallback=exclude)
       500 {"error": ...}                     the judge is misconfigured (key, model name, URL)
+      401 {"error": ...}                     no or a wrong token
+
+The service listens on loopback, where any local process can connect; the token (fresh per service,
+handed only to the client's sandboxed children) keeps them from spending the judge's key.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hmac
 import json
+import secrets
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -28,7 +34,7 @@ from pathlib import Path
 
 from engine.rewards.judge import JudgeMisconfigured, JudgeUnavailable, LLMJudge
 from engine.rewards.judge_config import JudgeConfig
-from vibe.judge_client import BRIDGE_ENV, URL_ENV
+from vibe.judge_client import BRIDGE_ENV, TOKEN_ENV, URL_ENV
 from vibe.netbridge import UnixToTcp
 from vibe.sandbox import extra_access
 
@@ -42,6 +48,8 @@ class JudgeService:
 
     def __init__(self, judge: LLMJudge) -> None:
         self.judge = judge
+        self.token = secrets.token_urlsafe(24)
+        expected = f"Bearer {self.token}".encode()
 
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args) -> None:  # the check's output stays the report
@@ -56,6 +64,8 @@ class JudgeService:
                 self.wfile.write(data)
 
             def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                if not hmac.compare_digest((self.headers.get("Authorization") or "").encode(), expected):
+                    return self._send(401, {"error": f"the judge service needs its token (${TOKEN_ENV})"})
                 length = int(self.headers.get("Content-Length") or 0)
                 try:
                     if self.path != "/grade" or length > MAX_BODY:
@@ -105,6 +115,6 @@ def judge_access(cfg: JudgeConfig | None) -> Iterator[LLMJudge | None]:
         bridges = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="vibe-judge-")))
         sock = bridges / "judge.sock"
         stack.enter_context(UnixToTcp(sock, service.port))
-        env = {URL_ENV: f"http://127.0.0.1:{service.port}", BRIDGE_ENV: str(sock)}
+        env = {URL_ENV: f"http://127.0.0.1:{service.port}", BRIDGE_ENV: str(sock), TOKEN_ENV: service.token}
         stack.enter_context(extra_access(env, [bridges]))
         yield judge

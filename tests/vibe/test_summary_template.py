@@ -73,6 +73,26 @@ def test_grade_outside_vibe_says_there_is_no_judge(monkeypatch):
         grade("p", "r")
 
 
+def test_the_judge_service_grades_only_with_its_token(judge_env):
+    """Any local process can reach a loopback port; without the service's token it must not spend the key."""
+    import httpx
+
+    from engine.rewards.judge import LLMJudge
+    from engine.rewards.judge_config import JudgeConfig
+    from vibe.judge_link import JudgeService
+
+    srv = judge_env(rule_judge)
+    cfg = JudgeConfig(base_url=srv.url, model="scripted")
+    with JudgeService(LLMJudge(cfg)) as service:
+        url = f"http://127.0.0.1:{service.port}/grade"
+        body = {"prompt": "p", "reply": "r"}
+        assert httpx.post(url, json=body, timeout=30).status_code == 401
+        wrong = {"Authorization": "Bearer " + "x" * len(service.token)}
+        assert httpx.post(url, json=body, headers=wrong, timeout=30).status_code == 401
+        ok = httpx.post(url, json=body, headers={"Authorization": f"Bearer {service.token}"}, timeout=30)
+        assert ok.status_code != 401, ok.text
+
+
 @pytest.mark.slow
 def test_vibe_new_writes_the_summary_client_with_the_judge_and_it_checks(sandboxed, tmp_path, judge_env, capsys):
     """The whole check (dataset, the judge's hack probes, reward and loop probes, dry run, training step)
