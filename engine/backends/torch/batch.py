@@ -225,7 +225,7 @@ class DecodeBatch:
         ids, mask = ids.to(self.device), mask.to(self.device)
         pos = (mask.cumsum(-1) - 1).clamp_(min=0)[:, past:]
         if not past:
-            return ids, mask, pos, DynamicCache()
+            return ids, mask, pos, kv.growing_cache()
         prefixes = [(e.keys, e.values, n) if e is not None else ([], [], 0) for e, n in hits]
         return ids, mask, pos, kv.left_padded_cache(prefixes, past)
 

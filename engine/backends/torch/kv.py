@@ -9,6 +9,10 @@ KV layout):
 - left-pad to a longer length and concatenate (new rows join),
 - drop leading columns that are padding in every row (keeps L from growing after long rows leave).
 
+`GrowingLayer` (`growing_cache()`) is the decode batch's layer: it writes each step's new columns into
+spare capacity instead of concatenating the whole cache per layer per token, which copied O(L) per token
+(and, for caches over glibc's mmap threshold, page-faulted a fresh allocation every time).
+
 Only full-attention caches (`DynamicLayer`: keys/values [B, H, L, D]) are supported; recurrent or
 linear-attention layers hold state that cannot be padded this way.
 """
@@ -21,6 +25,68 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
+
+# Columns a GrowingLayer reserves past its length when it (re)allocates: at least this many, or a quarter
+# of the length, so a reallocation (which copies the cache) happens once per many tokens.
+MIN_SPARE_COLUMNS = 32
+
+
+class GrowingLayer(DynamicLayer):
+    """A `DynamicLayer` whose keys/values are views of the first L columns of a buffer with spare columns.
+
+    `update` writes new columns into the spare capacity in place and returns views, so a decode step costs
+    one column's copy instead of the whole cache's. The views hold exactly the values `torch.cat` would, in
+    the same [B, H, L, D] layout (only the head stride differs), and are never written again below column L,
+    so a view handed out earlier keeps its values. When something else replaced `keys`/`values` (the row
+    surgery below assigns new tensors), or the capacity is used up, the next update reallocates.
+    """
+
+    _kbuf: torch.Tensor | None = None
+    _vbuf: torch.Tensor | None = None
+
+    def _owns(self) -> bool:
+        buf = self._kbuf
+        return (
+            buf is not None
+            and self.keys.data_ptr() == buf.data_ptr()
+            and self.values.data_ptr() == self._vbuf.data_ptr()
+            and self.keys.shape[:2] == buf.shape[:2]
+            and self.keys.stride() == buf.stride()
+            and self.values.stride() == self._vbuf.stride()
+        )
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        old = self.keys.shape[-2] if self.keys.numel() else 0
+        new = old + key_states.shape[-2]
+        if not self._owns() or new > self._kbuf.shape[-2]:
+            capacity = new + max(MIN_SPARE_COLUMNS, new // 4)
+            self._kbuf = self._grow(self.keys, key_states, old, capacity)
+            self._vbuf = self._grow(self.values, value_states, old, capacity)
+        self._kbuf[:, :, old:new] = key_states
+        self._vbuf[:, :, old:new] = value_states
+        self.keys, self.values = self._kbuf[:, :, :new], self._vbuf[:, :, :new]
+        return self.keys, self.values
+
+    @staticmethod
+    def _grow(current: torch.Tensor, like: torch.Tensor, old: int, capacity: int) -> torch.Tensor:
+        """A [B, H, capacity, D] buffer holding `current`'s first `old` columns (the rest uninitialised)."""
+        b, h, _, d = like.shape
+        buf = like.new_empty((b, h, capacity, d))
+        if old:
+            buf[:, :, :old] = current
+        return buf
+
+
+def growing_cache() -> DynamicCache:
+    """An empty `DynamicCache` whose layers are `GrowingLayer`s (created lazily, as DynamicCache does)."""
+    cache = DynamicCache()
+    cache.layer_class_to_replicate = GrowingLayer
+    return cache
 
 
 def _layers(cache: DynamicCache):
@@ -103,7 +169,7 @@ def left_padded_cache(
     (keys, values, n_i) prefix ([H, T, D] per layer) right-aligned, padding before it (n_i = 0: all padding).
     At least one prefix must be non-empty: it gives the layers' shapes."""
     shape = next(p for p in prefixes if p[2] > 0)
-    cache = DynamicCache()
+    cache = growing_cache()
     for layer in range(len(shape[0])):
         tensors = []
         for part in (0, 1):  # keys, values
