@@ -39,21 +39,29 @@ def sample_next(
 ) -> tuple[list[int], list[float]]:
     """Pick one token per row of `logits` [B, V] and return (token ids, untempered logprobs)."""
     logits = logits.float()
-    tokens = logits.argmax(-1)  # the greedy rows' answer; sampled rows are overwritten below
     sampled = [i for i, t in enumerate(temperatures) if t > GREEDY_TEMPERATURE]
+    every = len(sampled) == len(temperatures)
+    # Greedy rows' answer; when every row samples (training episodes) this argmax would be overwritten.
+    tokens = None if every else logits.argmax(-1)
     if sampled:
         idx = torch.tensor(sampled, device=logits.device)
         temps = torch.tensor([temperatures[i] for i in sampled], device=logits.device, dtype=logits.dtype)
-        scaled = logits.index_select(0, idx) / temps.unsqueeze(-1)
+        scaled = (logits if every else logits.index_select(0, idx)) / temps.unsqueeze(-1)
         p = torch.tensor([top_ps[i] for i in sampled], device=logits.device, dtype=logits.dtype)
         nucleus = (p < 1.0).nonzero().squeeze(-1)
         if len(nucleus):  # sorting 49k logits is the costly part: only rows that ask for top-p pay it
             sub = scaled.index_select(0, nucleus)
             scaled[nucleus] = sub.masked_fill(_top_p_mask(sub, p[nucleus]), float("-inf"))
-        u = torch.stack(
-            [torch.rand(logits.shape[-1], generator=generators[i], device=logits.device) for i in sampled]
-        )
-        # -log(-log(u)) is Gumbel(0, 1); u == 0 gives -inf noise, so that draw can never win.
-        tokens[idx] = (scaled - torch.log(-torch.log(u))).argmax(-1)
+        # Each row's uniforms come from its own generator, drawn straight into one buffer (no stack copy).
+        noise = scaled.new_empty(scaled.shape)
+        for k, i in enumerate(sampled):
+            torch.rand(logits.shape[-1], generator=generators[i], device=logits.device, out=noise[k])
+        # In place, the same element-wise ops as scaled - log(-log(u)): -log(-log(u)) is Gumbel(0, 1);
+        # u == 0 gives -inf noise, so that draw can never win.
+        picked = scaled.sub_(noise.log_().neg_().log_()).argmax(-1)
+        if every:
+            tokens = picked
+        else:
+            tokens[idx] = picked
     logprobs = logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
     return tokens.tolist(), logprobs.tolist()
