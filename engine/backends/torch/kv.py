@@ -33,28 +33,35 @@ MIN_SPARE_COLUMNS = 32
 
 
 class GrowingLayer(DynamicLayer):
-    """A `DynamicLayer` whose keys/values are views of the first L columns of a buffer with spare columns.
+    """A `DynamicLayer` whose keys/values are views of L columns of a buffer with spare columns after them.
 
     `update` writes new columns into the spare capacity in place and returns views, so a decode step costs
     one column's copy instead of the whole cache's. The views hold exactly the values `torch.cat` would, in
-    the same [B, H, L, D] layout (only the head stride differs), and are never written again below column L,
-    so a view handed out earlier keeps its values. When something else replaced `keys`/`values` (the row
-    surgery below assigns new tensors), or the capacity is used up, the next update reallocates.
+    the same [B, H, L, D] layout (only the head stride differs), and nothing is written below a view's last
+    column, so a view handed out earlier keeps its values. `trim_left` leaves a view further into the same
+    buffer and `select_rows` selects the buffer's rows (`select`), so neither forces a second copy; when
+    something else replaced `keys`/`values`, or the capacity is used up, the next update reallocates.
     """
 
     _kbuf: torch.Tensor | None = None
     _vbuf: torch.Tensor | None = None
 
-    def _owns(self) -> bool:
-        buf = self._kbuf
-        return (
-            buf is not None
-            and self.keys.data_ptr() == buf.data_ptr()
-            and self.values.data_ptr() == self._vbuf.data_ptr()
-            and self.keys.shape[:2] == buf.shape[:2]
-            and self.keys.stride() == buf.stride()
-            and self.values.stride() == self._vbuf.stride()
-        )
+    def _start(self) -> int | None:
+        """The buffer column where `keys`/`values` begin, or None if they are not views of the buffers."""
+        kbuf, vbuf = self._kbuf, self._vbuf
+        if kbuf is None or not self.keys.numel():
+            return None
+        for view, buf in ((self.keys, kbuf), (self.values, vbuf)):
+            if (
+                view.untyped_storage().data_ptr() != buf.untyped_storage().data_ptr()
+                or view.shape[:2] != buf.shape[:2]
+                or view.stride() != buf.stride()
+            ):
+                return None
+        start, rest = divmod(self.keys.storage_offset() - kbuf.storage_offset(), kbuf.stride(2))
+        if rest or start < 0 or self.values.storage_offset() - vbuf.storage_offset() != start * vbuf.stride(2):
+            return None
+        return start
 
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
@@ -63,14 +70,27 @@ class GrowingLayer(DynamicLayer):
             self.lazy_initialization(key_states, value_states)
         old = self.keys.shape[-2] if self.keys.numel() else 0
         new = old + key_states.shape[-2]
-        if not self._owns() or new > self._kbuf.shape[-2]:
+        start = self._start()
+        if start is None or start + new > self._kbuf.shape[-2]:
             capacity = new + max(MIN_SPARE_COLUMNS, new // 4)
             self._kbuf = self._grow(self.keys, key_states, old, capacity)
             self._vbuf = self._grow(self.values, value_states, old, capacity)
-        self._kbuf[:, :, old:new] = key_states
-        self._vbuf[:, :, old:new] = value_states
-        self.keys, self.values = self._kbuf[:, :, :new], self._vbuf[:, :, :new]
+            start = 0
+        self._kbuf[:, :, start + old : start + new] = key_states
+        self._vbuf[:, :, start + old : start + new] = value_states
+        self.keys = self._kbuf[:, :, start : start + new]
+        self.values = self._vbuf[:, :, start : start + new]
         return self.keys, self.values
+
+    def select(self, index: torch.Tensor) -> None:
+        """Keep rows `index`: the buffers' rows, spare columns included, so the next update needs no copy."""
+        start = self._start()
+        if start is None:
+            self.keys, self.values = self.keys.index_select(0, index), self.values.index_select(0, index)
+            return
+        end = start + self.keys.shape[-2]
+        self._kbuf, self._vbuf = self._kbuf.index_select(0, index), self._vbuf.index_select(0, index)
+        self.keys, self.values = self._kbuf[:, :, start:end], self._vbuf[:, :, start:end]
 
     @staticmethod
     def _grow(current: torch.Tensor, like: torch.Tensor, old: int, capacity: int) -> torch.Tensor:
@@ -101,8 +121,11 @@ def _layers(cache: DynamicCache):
 def select_rows(cache: DynamicCache, mask: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """Keep rows `index` (in that order) of the cache in place; return the matching mask rows."""
     for layer in _layers(cache):
-        layer.keys = layer.keys.index_select(0, index)
-        layer.values = layer.values.index_select(0, index)
+        if isinstance(layer, GrowingLayer):
+            layer.select(index)
+        else:
+            layer.keys = layer.keys.index_select(0, index)
+            layer.values = layer.values.index_select(0, index)
     return mask.index_select(0, index)
 
 

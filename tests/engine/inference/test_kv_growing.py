@@ -70,21 +70,42 @@ def test_decode_steps_write_the_cache_in_place(tiny, prompts):
         loop.close()
 
 
-def test_growing_layer_reallocates_after_row_surgery_and_keeps_old_views():
-    """Row selection replaces keys/values with new tensors: the next update copies them into a fresh
-    buffer rather than writing into the stale one, and a view returned earlier keeps its values."""
-    layer = kv.GrowingLayer()
-    k0, v0 = torch.randn(3, 2, 5, 4), torch.randn(3, 2, 5, 4)
-    keys, _ = layer.update(k0, v0)
-    earlier = keys.clone()
-    step_k, step_v = torch.randn(3, 2, 1, 4), torch.randn(3, 2, 1, 4)
-    keys2, values2 = layer.update(step_k, step_v)
-    assert torch.equal(keys, earlier)
-    assert torch.equal(keys2, torch.cat([k0, step_k], dim=2))
-    assert torch.equal(values2, torch.cat([v0, step_v], dim=2))
+def test_row_surgery_on_a_growing_cache_matches_the_concatenating_cache():
+    """select_rows, trim_left and rows replaced from outside (concat_rows), each followed by updates, give
+    the same keys/values as DynamicCache; selection and trimming reuse the buffer (no reallocation on the
+    next update), and a view returned earlier keeps its values."""
+    torch.manual_seed(0)
+    grow, plain = kv.growing_cache(), DynamicCache()
+
+    def update(rows: int, cols: int = 1) -> None:
+        k, v = torch.randn(rows, 2, cols, 4), torch.randn(rows, 2, cols, 4)
+        for cache in (grow, plain):
+            cache.update(k, v, 0)
+        assert torch.equal(grow.layers[0].keys, plain.layers[0].keys)
+        assert torch.equal(grow.layers[0].values, plain.layers[0].values)
+
+    update(3, cols=5)
+    layer = grow.layers[0]
+    earlier, earlier_copy = layer.keys, layer.keys.clone()
+    update(3)
+    assert torch.equal(earlier, earlier_copy)
+    mask = torch.tensor([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1], [0, 1, 1, 1, 1, 1]])
     index = torch.tensor([2, 0])
-    layer.keys, layer.values = layer.keys.index_select(0, index), layer.values.index_select(0, index)
-    k3, v3 = torch.randn(2, 2, 1, 4), torch.randn(2, 2, 1, 4)
-    keys3, values3 = layer.update(k3, v3)
-    assert torch.equal(keys3, torch.cat([keys2.index_select(0, index), k3], dim=2))
-    assert torch.equal(values3, torch.cat([values2.index_select(0, index), v3], dim=2))
+    masks = [kv.select_rows(cache, mask, index) for cache in (grow, plain)]
+    buffer = layer._kbuf.data_ptr()
+    update(2)
+    assert layer._kbuf.data_ptr() == buffer  # selected in the buffer: the update wrote in place
+    masks = [torch.nn.functional.pad(m, (0, 1), value=1) for m in masks]
+    trimmed = [kv.trim_left(cache, m) for cache, m in zip((grow, plain), masks, strict=True)]
+    assert trimmed[0].shape[1] == 6  # one leading column was padding in both rows
+    update(2)
+    assert layer._kbuf.data_ptr() == buffer  # trimmed as a view of the buffer
+    extra_k, extra_v = torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4)
+    for cache in (grow, plain):
+        other = DynamicCache()
+        other.update(extra_k, extra_v, 0)
+        kv.concat_rows(cache, trimmed[0], other, torch.ones(1, 3, dtype=torch.long))
+    update(3)
+    assert layer._kbuf.data_ptr() != buffer  # replaced from outside: reallocated, not written into
+    for _ in range(40):  # past the spare capacity: reallocates and keeps every column
+        update(3)
