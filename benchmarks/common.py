@@ -15,8 +15,10 @@ import os
 import platform
 import statistics
 import subprocess
+import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -133,3 +135,16 @@ class CountingLLM:
         self.tool_calls += len(choice.message.tool_calls or [])
         self.finish.append(choice.finish_reason)
         return out
+
+
+@contextmanager
+def worktree_at(rev: str) -> Iterator[Path]:
+    """A detached git worktree of `rev` (a baseline tree to put on a child's PYTHONPATH), removed afterwards."""
+    path = Path(tempfile.mkdtemp(prefix="bench-tree-"))
+    subprocess.run(
+        ["git", "worktree", "add", "--detach", str(path), rev], cwd=REPO, check=True, capture_output=True
+    )
+    try:
+        yield path
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(path)], cwd=REPO, capture_output=True)

@@ -420,7 +420,7 @@ def compare_slots(rounds: list[dict[str, Any]]) -> dict[str, Any]:
 def slots_main(args: argparse.Namespace, sets: list[str]) -> dict[str, Any]:
     """`--slots`: this tree's layouts (`--layouts`, default 1x2 and 2x1) interleaved, and with
     `--main-commit` main's one 2-thread slot (A3R's default then) in every repeat as the baseline."""
-    from benchmarks.common import fmt_spread, loadavg, machine_record, rotated
+    from benchmarks.common import fmt_spread, loadavg, machine_record, rotated, worktree_at
 
     layouts = args.layouts or list(SLOT_LAYOUTS)
     load_before = loadavg()
@@ -461,19 +461,6 @@ def slots_main(args: argparse.Namespace, sets: list[str]) -> dict[str, Any]:
     return result
 
 
-@contextmanager
-def worktree_at(rev: str):
-    """A detached git worktree of `rev`, removed afterwards."""
-    path = Path(tempfile.mkdtemp(prefix="run_cost-"))
-    subprocess.run(
-        ["git", "worktree", "add", "--detach", str(path), rev], cwd=REPO, check=True, capture_output=True
-    )
-    try:
-        yield path
-    finally:
-        subprocess.run(["git", "worktree", "remove", "--force", str(path)], cwd=REPO, capture_output=True)
-
-
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--child", help=argparse.SUPPRESS)
@@ -511,7 +498,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         return {}
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
-    from benchmarks.common import loadavg, machine_record
+    from benchmarks.common import loadavg, machine_record, worktree_at
 
     variants = [tuple(v.split("=", 1)) for v in args.variant]
     sets = list(args.sets)
