@@ -106,6 +106,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{engine.stats.tokens_generated} tokens), {args.threads} thread(s), load {loadavg()[0]:.1f}")
     for c, s in sorted(parts.items(), key=lambda kv: -kv[1]):
         print(f"  {100 * s / total:5.1f}%  {c}")
+    # Across the categories above: the prompts' prefill (its forward, sampling and row expansion).
+    prefill = cumulative(stats, "batch.py", "_prefill")
+    print(f"  of all that, the prefill of the step's prompts: {100 * prefill / total:.1f}%")
     if args.out:
         report = {
             "benchmark": "sampling_profile",
@@ -114,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             "distinct_prompts_per_step": distinct,
             "compute_thread_s": total,
             "proportions": {c: s / total for c, s in parts.items()},
+            "prefill_share": prefill / total,
         }
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(report, indent=2) + "\n")
