@@ -265,7 +265,7 @@ def page(result: dict[str, Any]) -> str:
         "episodes? (the swarm paper's claim, at CPU scale)", "",
         f"Command: `{result['command']}`", "",
         f"Model {a['model']}; tasks {', '.join(a['tasks'])}; seeds 0-{a['seeds'] - 1}. Cocktail: {k * a['steps']} steps "
-        f"of {a['batch']} tasks ({a['batch'] // k} of each) x {a['group']} episodes. Specialists: {a['steps']} steps of "
+        f"of {a['batch']} tasks ({a['batch'] // k} of each) x {a['group']} episodes. Specialists: {a['steps']} step(s) of "
         f"{a['batch']} tasks x {a['group']} episodes of their own task. Every task gets {a['steps'] * a['batch'] * a['group']} "
         f"episodes in both arms (the same total, {k * a['steps'] * a['batch'] * a['group']}, on both sides). lr {a['lr']}, "
         f"temperature {a['temperature']}, max_tokens {a['max_tokens']} per call; {a['eval_size']} held-out items per "
@@ -346,7 +346,7 @@ def dry_run(runs: list[dict[str, Any]]) -> float | None:
     if unknown:
         print("no cost prior for this model: the total leaves those runs out")
     print(f"expected CPU time to run (a3r.leader.costs.run_seconds, whole host): {total:.0f} s = {total / 60:.0f} min; "
-          "the calculator's extra calls (up to 4 a episode) are not in it")
+          "the calculator's extra calls (up to 4 per episode) are not in it")
     return None if unknown else total
 
 
