@@ -289,6 +289,19 @@ class ServerProcess:
                 self.proc.wait()
 
 
+def eval_concurrency(concurrency: int, server_rows: int | None, n_items: int, episodes_per_item: int = 1) -> int:
+    """Items in flight at once in an evaluation: enough to fill the server's decode batch.
+
+    Held-out items are independent and every one is scored, so the server may batch all it can hold:
+    `server_rows` (its /health `max_batch_rows`) rows, one per episode of an item, where the job's
+    `concurrency` (sized for training episodes) left most of a 1-thread server's batch empty (A3R's 32
+    against the torch engine's 64). Never fewer than `concurrency`, never more than there are items;
+    a server that reports no bound gets `concurrency`.
+    """
+    fill = (server_rows or 0) // max(episodes_per_item, 1)
+    return max(1, min(n_items, max(concurrency, fill)))
+
+
 def evaluate(
     client: SwarmClient, job: TrainJob, items, label: str, step: int, log: MetricsLog,
     task_name: str | None = None, key: str = "eval_accuracy",
@@ -302,9 +315,11 @@ def evaluate(
     """
     task = get_task(task_name or job.task)
     greedy = {"temperature": 0.0, "max_tokens": job.max_tokens}
+    rows = client.health().get("inference", {}).get("max_batch_rows")
+    per_item = len(task.roles) if episodes_per_role(task) else 1  # a per-role task plays every role at once
     res = run_items(
         client, task, items, lambda it: it, greedy, lambda it: "eval:" + it.id,
-        concurrency=job.concurrency, is_eval=True, show_progress=True,
+        concurrency=eval_concurrency(job.concurrency, rows, len(items), per_item), is_eval=True, show_progress=True,
     )
     scored = sum(r is not None for r in res.rewards)
     if scored < len(items):

@@ -117,6 +117,10 @@ class SwarmClient:
     def status(self) -> dict[str, Any]:
         return _raise_for(self._http.get("/swarm/status"))
 
+    def health(self) -> dict[str, Any]:
+        """The server's /health: state, torch threads, and how its inference engine batches (`inference`)."""
+        return _raise_for(self._http.get("/health"))
+
     def pool(self) -> dict[str, Any]:
         return _raise_for(self._http.get("/swarm/pool"))
 

@@ -68,6 +68,22 @@ def _bearer(authorization: str | None) -> str:
     return authorization[7:].strip()
 
 
+
+def inference_info(server: SwarmServer) -> dict:
+    """How the booted inference engine batches: `max_batch_rows` (the most rows it decodes in one pass,
+    what a client sends at once to fill a batch) and its pass counters since boot (`decode_passes`,
+    `max_rows`: the biggest batch it formed, `tokens_generated`). Empty before the model is loaded and
+    for engines that keep no such bound or counters (vLLM batches whatever it is sent)."""
+    engine = getattr(server.backend, "inference", None)
+    rows = getattr(engine, "max_batch_rows", None)
+    if not isinstance(rows, int):
+        return {}
+    stats = getattr(engine, "stats", None)
+    info = {"max_batch_rows": rows}
+    if stats is not None:  # read without the engine's lock: ints, and max() over the histogram runs in C under the GIL
+        info.update(decode_passes=stats.decode_passes, max_rows=stats.max_rows, tokens_generated=stats.tokens_generated)
+    return info
+
 def create_app(server: SwarmServer, admin_token: str, public_url: str | None = None, autostart: bool = False) -> FastAPI:
     """Build the ASGI app around a SwarmServer. `public_url` is what episode base_urls point at."""
     if not admin_token:
@@ -133,11 +149,18 @@ def create_app(server: SwarmServer, admin_token: str, public_url: str | None = N
     # -- health and models ------------------------------------------------------------------------
     @app.get("/health")
     async def health():
-        """Liveness, the lifecycle state, the last boot or training error (None when healthy) and the torch
-        threads this server computes with (what its slot's OMP_NUM_THREADS gave it: A3R's 1-thread slots)."""
+        """Liveness, the lifecycle state, the last boot or training error (None when healthy), the torch
+        threads this server computes with (what its slot's OMP_NUM_THREADS gave it: A3R's 1-thread slots)
+        and how its inference engine batches (`inference_info`)."""
         import torch  # loaded by the backend already; here only to read the thread count
 
-        return {"ok": True, "state": server.state.value, "error": server.error, "torch_threads": torch.get_num_threads()}
+        return {
+            "ok": True,
+            "state": server.state.value,
+            "error": server.error,
+            "torch_threads": torch.get_num_threads(),
+            "inference": inference_info(server),
+        }
 
     @app.get("/v1/models")
     async def models(authorization: str | None = Header(None)):

@@ -10,6 +10,7 @@ import openai
 import pytest
 import torch
 
+from engine.backends.torch.inference import DEFAULT_MAX_BATCH_ROWS
 from engine.client import SwarmHTTPError
 from engine.config import SwarmConfig
 from engine.server.episodes import EpisodeRegistry
@@ -23,7 +24,9 @@ def _auth(key: str) -> dict[str, str]:
 
 def test_health_models_and_openapi(live_server):
     srv = live_server()
-    health = {"ok": True, "state": "ROLLING", "error": None, "torch_threads": torch.get_num_threads()}
+    # A fresh server: its engine's batch bound, and no pass run yet.
+    inference = {"max_batch_rows": DEFAULT_MAX_BATCH_ROWS, "decode_passes": 0, "max_rows": 0, "tokens_generated": 0}
+    health = {"ok": True, "state": "ROLLING", "error": None, "torch_threads": torch.get_num_threads(), "inference": inference}
     assert httpx.get(srv.url + "/health").json() == health
     schema = httpx.get(srv.url + "/openapi.json").json()
     assert "/v1/chat/completions" in schema["paths"] and "/swarm/episodes" in schema["paths"]
