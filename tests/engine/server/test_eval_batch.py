@@ -7,11 +7,12 @@ as many at once as the server decodes in one pass (its /health `max_batch_rows`)
 
 from __future__ import annotations
 
+from tests_support import tiny_train_job
+
 from engine.jobs import ServerProcess, TrainJob, eval_concurrency, evaluate
 from engine.tasks import get_task
 from engine.tasks.base import split_items
 from engine.training.metrics import MetricsLog
-from tests_support import tiny_train_job
 
 
 def test_eval_concurrency_fills_the_batch_within_the_items():
