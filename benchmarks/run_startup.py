@@ -84,11 +84,15 @@ def timed_eval(jobs, client, job, items, run_dir: Path, old: bool) -> dict[str, 
     finally:
         jobs.eval_concurrency = new_rule
     after = _counters(client)
+    passes = after["decode_passes"] - before["decode_passes"]
+    tokens = after["tokens_generated"] - before["tokens_generated"]
     return {
         "wall_s": wall,
         "accuracy": acc,
-        "decode_passes": after["decode_passes"] - before["decode_passes"],
-        "tokens_generated": after["tokens_generated"] - before["tokens_generated"],
+        "decode_passes": passes,
+        "tokens_generated": tokens,
+        # about the rows of an average decode pass (each prefill also yields a row's first token)
+        "tokens_per_decode_pass": tokens / passes if passes else None,
         "max_rows_so_far": after["max_rows"],  # the server's biggest batch since boot
         "load_before": load0,
         "load_after": loadavg(),
@@ -123,15 +127,22 @@ def one_repeat(k: int, job, items, root: Path) -> dict[str, Any]:
     return rec
 
 
+def _rows(ev: dict[str, Any]) -> str:
+    return "n/a" if ev["tokens_per_decode_pass"] is None else f"{ev['tokens_per_decode_pass']:.1f}"
+
+
 def summarise(repeats: list[dict[str, Any]]) -> dict[str, Any]:
     from benchmarks.common import spread
 
     med = {p: statistics.median(r[p] for r in repeats) for p in PHASES}
-    fixed = med["imports_s"] + med["server_s"] + med["load_s"]
+    parts = {"imports_s": med["imports_s"], "server_s": med["server_s"], "load_s": med["load_s"]}
+    # a run's fixed part: start-up plus its two evaluations (before and after), old way; proportions, not
+    # seconds, are what a busy host's figures are good for
+    parts["evaluations_s"] = 2 * med["eval_old_s"]
+    total = sum(parts.values())
     return {
         "median_s": med,
-        # the fixed part of a run with its two evaluations, old and new (proportions, not seconds, on a busy host)
-        "share_old": {p: med[p] / (fixed + 2 * med["eval_old_s"]) for p in PHASES if p != "eval_new_s"},
+        "share_old": {k: v / total for k, v in parts.items()},
         "eval_old_over_new": spread([r["eval_old_s"] / r["eval_new_s"] for r in repeats]),
         "accuracy_equal": all(r["eval_old"]["accuracy"] == r["eval_new"]["accuracy"] for r in repeats),
     }
@@ -161,7 +172,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             print(
                 f"repeat {k}: imports {r['imports_s']:.1f} s, server {r['server_s']:.1f} s, load {r['load_s']:.1f} s, "
                 f"eval old {r['eval_old_s']:.1f} s / new {r['eval_new_s']:.1f} s ({len(items)} items, "
-                f"{job.concurrency} vs {r['eval_rows']} at once), load {r['load_start']} -> {r['load_end']}",
+                f"{job.concurrency} vs {r['eval_rows']} at once; tokens per decode pass "
+                f"{_rows(r['eval_old'])} vs {_rows(r['eval_new'])}), load {r['load_start']} -> {r['load_end']}",
                 flush=True,
             )
     result = {
@@ -176,7 +188,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     }
     s = result["summary"]
     print("median s: " + ", ".join(f"{k} {v:.1f}" for k, v in s["median_s"].items()))
-    print("share of a run's fixed part + 2 evaluations (old): " + ", ".join(f"{k} {v:.0%}" for k, v in s["share_old"].items()))
+    print("share of a run's fixed part (start-up + 2 evaluations, old): " + ", ".join(f"{k} {v:.0%}" for k, v in s["share_old"].items()))
     print(f"evaluation old/new: {fmt_spread(s['eval_old_over_new'])}; same accuracy: {s['accuracy_equal']}")
     if args.out:
         args.out.write_text(json.dumps(result, indent=2))
