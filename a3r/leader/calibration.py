@@ -13,7 +13,9 @@ own criterion fraction), planned with the rule the answer's analysis uses (`a3r.
 upper confidence bound on sigma, and no more runs than the remaining wall budget holds. With a confirmation
 (the default) the grid explores with the budget's seeds and the confirmation gets the power; the sizing
 says what power the budget buys and, below 80%, the runs and wall time that would reach it. When training is not visible
-the leader re-pilots once with twice the steps if the budget holds it, and otherwise stops with advice
+the leader re-pilots once with twice the steps if the budget holds it and the reference configuration would
+train more steps (`repilot_steps`: not when the steps are studied or fixed by the goal, where the arm's own
+count overrides the stage's and a re-pilot would repeat the same runs), and otherwise stops with advice
 (`no_training_advice`) instead of comparing arms that cannot differ.
 
 Pure functions over run records and budgets; the graph calls them.
@@ -30,9 +32,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from a3r.analysis import fmt, t_interval
 from a3r.analysis.evidence import MIN_EFFECT, shows_training
 from a3r.analysis.stats import resolution_sd
-from a3r.leader.design import Arm, ResearchBudget, StageDesign, arm_label, arm_steps, grid
+from a3r.leader.design import STEPS_KEY, Arm, ResearchBudget, StageDesign, arm_label, arm_steps, grid
 from a3r.leader.goals import Goal
-from a3r.leader.knobs import get_dotted
+from a3r.leader.knobs import get_dotted, knob_value
 from a3r.leader.power import TARGET_POWER, confirmation_size, power_at
 
 __all__ = [
@@ -45,6 +47,7 @@ __all__ = [
     "no_training_advice",
     "pool_seeds",
     "reference_arm",
+    "repilot_steps",
     "size_budget",
     "wall_budget_advice",
 ]
@@ -385,13 +388,57 @@ def wall_budget_advice(
     )
 
 
+def _trained_steps(goal: Goal, arm: Arm, steps: int, base_job: dict[str, Any] | None) -> int:
+    """The steps a run of `arm` trains in a stage of `steps`, read from the job the worker gets (a studied
+    or fixed step count overrides the stage's)."""
+    from a3r.leader.blueprints import train_job
+
+    return int(knob_value(train_job(goal, arm, steps, base_job), STEPS_KEY))
+
+
+def repilot_steps(goal: Goal, design: StageDesign, base_job: dict[str, Any] | None) -> int | None:
+    """The stage steps of the one re-pilot after `design` showed no training: twice the pilot's, or None when
+    the reference configuration would still train the same count (the goal studies the steps, so the arm's
+    own value overrides the stage's, or fixes them): the re-pilot would repeat the pilot's runs exactly."""
+    doubled = design.steps * 2
+    ref = design.arms[0]
+    if _trained_steps(goal, ref, doubled, base_job) == _trained_steps(goal, ref, design.steps, base_job):
+        return None
+    return doubled
+
+
+def _steps_advice(goal: Goal, budget: ResearchBudget, base_job: dict[str, Any], cal: Calibration | None) -> str:
+    """The "too few steps" cause in words that change something: `--steps` when the stage's steps are what
+    the runs train, else what sets them (the studied values, or the goal's fixed count)."""
+    steps = cal.steps if cal else budget.steps
+    plain = f"{steps} steps may be too few: try --steps {steps * 2} or more"
+    x, level = reference_arm(goal, budget, base_job)
+    ref = Arm(x=x, level=level, seeds=[0], why="reference")
+    try:
+        trained = _trained_steps(goal, ref, steps, base_job)
+        if trained != _trained_steps(goal, ref, steps * 2, base_job):
+            return plain
+    except ValueError:  # a job the engine refuses: the stage's steps are all there is to say
+        return plain
+    label = arm_label(goal, x, level)
+    if STEPS_KEY in (goal.factor.key, goal.secondary.key if goal.secondary else None):
+        return (
+            f"{trained} steps (the reference configuration {label}) may be too few, and more steps per stage cannot "
+            f"change it because each run trains its arm's own count: ask about larger step counts (e.g. "
+            f"{trained * 2} or {trained * 4})"
+        )
+    return (
+        f"{trained} steps may be too few, and the goal fixes them for every run: ask with more steps "
+        f"(e.g. {trained * 2})"
+    )
+
+
 def no_training_advice(
     goal: Goal, budget: ResearchBudget, base_job: dict[str, Any], cal: Calibration | None
 ) -> str:
     """Why training is probably not visible, and what to change, in words a researcher can act on."""
     model = get_dotted(base_job, "swarm.model.name", "smollm2-135m")
     lr = get_dotted(base_job, "swarm.training.lr", None)
-    steps = cal.steps if cal else budget.steps
     causes = []
     if model == "tiny":
         causes.append(
@@ -402,7 +449,7 @@ def no_training_advice(
             f"the untrained model scores {fmt(cal.untrained)} on the held-out set, so there is no partial skill to reinforce "
             "(GRPO needs some correct samples per group)"
         )
-    causes.append(f"{steps} steps may be too few: try --steps {steps * 2} or more")
+    causes.append(_steps_advice(goal, budget, base_job, cal))
     if lr is not None:
         causes.append(
             f"the learning rate {fmt(lr)} may be too small (SmolLM2 learns arithmetic at 1e-5 to 2e-5)"

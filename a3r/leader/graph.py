@@ -14,7 +14,8 @@
   graph with `interrupt()` while runs are unfinished (`a3r.leader.runner` wakes it). Everything before the
   interrupt is a read or an idempotent write, because the node re-runs from its start on resume.
 - analyse: after a calibration stage, the pilot's measurements decide: size the grid (seeds for the
-  effect, runs for the wall budget) and ask the policy for it, re-pilot with more steps, or stop with
+  effect, runs for the wall budget) and ask the policy for it, re-pilot with more steps (unless the
+  reference trains its own studied or fixed count, where it would repeat the same runs), or stop with
   advice. After a research stage: evidence from the store (`a3r.analysis`), then the policy's decision:
   next stage or finish. Nothing is refined once the evidence says no arm trains.
 - report: Markdown + HTML from the store and the analysis; LLM prose is vetted for numbers. When the
@@ -45,6 +46,7 @@ from a3r.leader.calibration import (
     measure,
     no_training_advice,
     pool_seeds,
+    repilot_steps,
     size_budget,
     wall_budget_advice,
 )
@@ -303,10 +305,11 @@ def build_graph(ws: Workspace, policy: Policy) -> StateGraph:
             decision = Decision(action="continue", reason=reason, next_stage=nxt, author="offline")
             out = finish_stage(state, seen, decision, designs, records)
             return {**out, "calibration": cals, "budget": sized.model_dump(mode="json")}
-        steps = design.steps * 2
-        repilot_s = cal.run_s * steps / max(design.steps, 1) * budget.pilot_seeds / slots()
+        # None when the reference trains its own step count (studied or fixed): the same runs again
+        steps = repilot_steps(goal, design, cfg.base_job)
+        repilot_s = cal.run_s * (steps or 0) / max(design.steps, 1) * budget.pilot_seeds / slots()
         fits = budget.total_wall_s is None or spent + repilot_s <= budget.total_wall_s
-        if len(cals) < MAX_CALIBRATIONS and cal.runs and fits:
+        if len(cals) < MAX_CALIBRATIONS and cal.runs and steps is not None and fits:
             nxt = calibration_stage(goal, budget, index=len(designs) + 1, steps=steps, base_job=cfg.base_job)
             decision = Decision(
                 action="continue",

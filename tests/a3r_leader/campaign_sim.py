@@ -28,7 +28,14 @@ import numpy as np
 
 from a3r.analysis import Evidence, RunObs
 from a3r.analysis.evidence import MIN_EFFECT
-from a3r.leader.calibration import MAX_CALIBRATIONS, calibration_stage, measure, pool_seeds, size_budget
+from a3r.leader.calibration import (
+    MAX_CALIBRATIONS,
+    calibration_stage,
+    measure,
+    pool_seeds,
+    repilot_steps,
+    size_budget,
+)
 from a3r.leader.design import BudgetError, ResearchBudget, StageDesign, arm_label
 from a3r.leader.goals import Goal
 from a3r.leader.policy import OfflinePolicy
@@ -145,7 +152,11 @@ def run_campaign(
         cal = measure(goal, budget, pilot, scored, [1.0] * len(scored), eval_items=EVAL_ITEMS)
         if cal.visible:
             break
-        steps *= 2  # the graph re-pilots once with twice the steps; a synthetic gain does not depend on them
+        # the graph re-pilots once with twice the steps when they change the reference's run; a synthetic
+        # gain does not depend on them
+        steps = repilot_steps(goal, pilot, None)
+        if steps is None:
+            return Outcome(None, len(obs), len(stages), None)
     else:
         return Outcome(None, len(obs), len(stages), None)
     sized, _why = size_budget(goal, budget, cal, len(obs), 0.0, 1.0)

@@ -15,6 +15,7 @@ from a3r.leader.calibration import (
     no_training_advice,
     pool_seeds,
     reference_arm,
+    repilot_steps,
     size_budget,
     wall_budget_advice,
 )
@@ -103,6 +104,43 @@ def test_a_gain_that_is_not_visible_gets_advice_not_a_grid():
     assert not cal.visible and cal.seeds_per_arm == 0
     advice = no_training_advice(goal, budget, {"swarm": {"model": {"name": "tiny"}}}, cal)
     assert "random-weight test fixture" in advice and "--steps 8" in advice and "scores 0" in advice
+
+
+STEPS_GOAL = "What is the minimum number of training steps that still trains arithmetic: 1, 2, 4 or 8?"
+
+
+def test_a_repilot_doubles_only_steps_the_reference_would_train():
+    """Issue 25: when the steps are studied (as the variable or the second factor) or fixed by the goal,
+    the reference arm's own count overrides the stage's, so "twice the steps" would rerun the pilot's
+    runs unchanged: no re-pilot. Any other variable keeps the re-pilot with twice the steps."""
+    budget = ResearchBudget(grid_points=3, steps=20)
+    steps = parse_goal(STEPS_GOAL)
+    assert repilot_steps(steps, calibration_stage(steps, budget), BASE) is None
+    bs = parse_goal("smallest batch size that trains arithmetic (2 to 8)")
+    assert repilot_steps(bs, calibration_stage(bs, budget), BASE) == 40
+    second = bs.model_copy(update={"secondary": steps.factor})  # batch size at 1, 2, 4 and 8 steps
+    assert repilot_steps(second, calibration_stage(second, budget), BASE) is None
+    fixed = bs.model_copy(update={"fixed": {"swarm.training.max_steps": 10}})  # as an LLM reading may give
+    assert repilot_steps(fixed, calibration_stage(fixed, budget), BASE) is None
+    lr = parse_goal("best learning rate for arithmetic (1e-6 to 1e-4) at 8 training steps")
+    assert repilot_steps(lr, calibration_stage(lr, budget.model_copy(update={"steps": 8})), BASE) == 16
+
+
+def test_advice_for_studied_steps_names_larger_counts_not_the_steps_flag():
+    """With the steps studied, `--steps` changes no run: the advice names the reference's own count and
+    asks for larger ones (on the old code it said "try --steps 40", which repeats the same runs)."""
+    budget = ResearchBudget(grid_points=3, steps=20)
+    goal = parse_goal(STEPS_GOAL)
+    design = calibration_stage(goal, budget)
+    cal = measure(goal, budget, design, [(0.1, 0.1), (0.1, 0.1), (0.1, 0.12)], [10, 10, 10], eval_items=64)
+    advice = no_training_advice(goal, budget, BASE, cal)
+    assert not cal.visible and "--steps" not in advice
+    assert "8 steps (the reference configuration steps=8) may be too few" in advice
+    assert "larger step counts (e.g. 16 or 32)" in advice and "learning rate 2e-05 may be too small" in advice
+    fixed = parse_goal("smallest batch size that trains arithmetic (2 to 8)")
+    fixed = fixed.model_copy(update={"fixed": {"swarm.training.max_steps": 10}})
+    advice = no_training_advice(fixed, budget, BASE, cal)
+    assert "--steps" not in advice and "10 steps may be too few, and the goal fixes them" in advice
 
 
 def test_the_grid_keeps_the_pilot_seeds():
