@@ -24,6 +24,7 @@ from a3r.leader import (
     StageDesign,
     checkpoint_path,
     resume_campaign,
+    run_campaign,
 )
 from a3r.states import RunState
 
@@ -36,31 +37,45 @@ run_campaign(ws, OfflinePolicy(), LeaderConfig.model_validate(json.loads(sys.arg
 """
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(900)
-def test_campaign_survives_a_killed_leader(tmp_path):
+TINY_JOB = {
+    "eval_size": 4,
+    "concurrency": 4,
+    "max_tokens": 8,
+    "swarm": {
+        "model": {"name": "tiny"},
+        "pool": {"group_size": 2},
+        "training": {"mini_batch_size": 4, "micro_batch_size": 4},
+    },
+}
+
+
+def _tiny_campaign(tmp_path, campaign: str, goal: str, budget: ResearchBudget) -> tuple[Workspace, LeaderConfig]:
+    """A workspace with 2 local slots and a campaign's config on the tiny model (it cannot learn)."""
     ws = Workspace.create(
         tmp_path / "ws",
         WorkspaceConfig(hosts=[HostSpec(name="local", slots=2)], scheduler=SchedulerConfig(heartbeat_s=1.0)),
     )
     config = LeaderConfig(
-        campaign="e2e",
-        goal="find the smallest batch size that still trains arithmetic (1 to 2)",
-        budget=ResearchBudget(
-            max_stages=2, min_stages=2, max_runs=8, seeds=3, max_seeds=4, steps=2, grid_points=2, pilot_seeds=2
-        ),
-        base_job={
-            "eval_size": 4,
-            "concurrency": 4,
-            "max_tokens": 8,
-            "swarm": {
-                "model": {"name": "tiny"},
-                "pool": {"group_size": 2},
-                "training": {"mini_batch_size": 4, "micro_batch_size": 4},
-            },
-        },
+        campaign=campaign,
+        goal=goal,
+        budget=budget,
+        base_job=TINY_JOB,
         reports_dir=str(tmp_path / "reports"),
         poll_s=0.5,
+    )
+    return ws, config
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_campaign_survives_a_killed_leader(tmp_path):
+    ws, config = _tiny_campaign(
+        tmp_path,
+        "e2e",
+        "find the smallest batch size that still trains arithmetic (1 to 2)",
+        ResearchBudget(
+            max_stages=2, min_stages=2, max_runs=8, seeds=3, max_seeds=4, steps=2, grid_points=2, pilot_seeds=2
+        ),
     )
     leader = subprocess.Popen(
         [sys.executable, "-c", LEADER, str(ws.root), config.model_dump_json()],
@@ -120,3 +135,31 @@ def test_campaign_survives_a_killed_leader(tmp_path):
         ws.stop_monitor()
         ws.shutdown()
         ws.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_no_repilot_when_the_steps_are_studied(tmp_path):
+    """Issue 25: with the training steps as the variable the reference arm (2 steps, the generous end)
+    trains its own count whatever the stage's steps, so a re-pilot "with twice the steps" would rerun the
+    same two runs. The leader stops after one calibration with advice that can change something: larger
+    step counts, not `--steps` (the old code ran a second, identical calibration)."""
+    ws, config = _tiny_campaign(
+        tmp_path,
+        "steps",
+        "What is the minimum number of training steps that still trains arithmetic: 1 or 2?",
+        ResearchBudget(max_runs=8, seeds=2, max_seeds=4, steps=4, pilot_seeds=2),
+    )
+    try:
+        state = run_campaign(ws, OfflinePolicy(), config, timeout_s=600)
+    finally:
+        ws.stop_monitor()
+        ws.shutdown()
+        ws.close()
+    assert state["status"] == "done"
+    designs = [StageDesign.model_validate(s["design"]) for s in state["stages"]]
+    assert [(d.kind, [a.x for a in d.arms]) for d in designs] == [("calibration", [2])]
+    assert len(state["calibration"]) == 1 and not state["calibration"][0]["visible"]
+    md = open(state["report"]["markdown"]).read()
+    assert "Training is not visible at this budget" in md and "--steps" not in md
+    assert "ask about larger step counts (e.g. 4 or 8)" in md
