@@ -47,7 +47,7 @@ if str(REPO) not in sys.path:
 import engine.jobs as jobs  # noqa: E402
 from a3r.analysis.stats import paired_interval, t_interval  # noqa: E402
 from a3r.leader.costs import run_seconds  # noqa: E402
-from benchmarks.common import loadavg, machine_record  # noqa: E402
+from benchmarks.common import loadavg, machine_record, write_report  # noqa: E402
 from engine.config import SwarmConfig  # noqa: E402
 from engine.tasks import get_task  # noqa: E402
 from engine.tasks.base import split_items  # noqa: E402
@@ -372,12 +372,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         "expected_s": None if any(e is None for e in expected) else sum(expected),
         "machine": machine_record(load_before), "wall_s": time.monotonic() - t0,
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(result, indent=2, default=str))
-    out.with_suffix(".md").write_text(page(result))
-    plot(result, out.with_suffix(".png"))
-    print(page(result))
+    print(write_report(args.out, result, page, plot))
     return result
 
 

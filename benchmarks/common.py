@@ -11,6 +11,7 @@ wrapper that counts calls and finish reasons, and one timed run of an inference 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import platform
 import statistics
@@ -148,3 +149,17 @@ def worktree_at(rev: str) -> Iterator[Path]:
         yield path
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(path)], cwd=REPO, capture_output=True)
+
+
+def write_report(out: str | Path, result: dict[str, Any], page: Callable[[dict[str, Any]], str],
+                 plot: Callable[[dict[str, Any], Path], None] | None = None) -> str:
+    """Write a benchmark's `out`.json (the whole result), `out`.md (`page(result)`) and, with `plot`, its
+    `out`.png; returns the page, which scripts also print."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(result, indent=2, default=str))
+    text = page(result)
+    out.with_suffix(".md").write_text(text)
+    if plot is not None:
+        plot(result, out.with_suffix(".png"))
+    return text

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import math
 import sys
 import time
@@ -44,7 +43,7 @@ if str(REPO) not in sys.path:
 import engine.jobs as jobs  # noqa: E402
 from a3r.leader.costs import run_seconds  # noqa: E402
 from benchmarks.client_stacks import STACKS, StackArithmetic  # noqa: E402
-from benchmarks.common import loadavg, machine_record  # noqa: E402
+from benchmarks.common import loadavg, machine_record, write_report  # noqa: E402
 from engine.config import SwarmConfig  # noqa: E402
 from engine.training.metrics import read_run_metrics  # noqa: E402
 
@@ -296,12 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         "differences": per_seed,
         "summary": summarize(per_seed),
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(report, indent=2, default=str))
-    out.with_suffix(".md").write_text(markdown(report))
-    plot(report, out.with_suffix(".png"))
-    print(markdown(report))
+    print(write_report(args.out, report, markdown, plot))
     return 0
 
 
