@@ -1,37 +1,22 @@
 """Pure torch algorithm functions shared by every backend: advantage estimators and policy losses in
 typed registries (`registry`), their configs (`config`), and HACPO's dedicated API (`hacpo`).
 
-Importing this package registers the built-ins: advantages grpo, rloo; policy losses ppo_clip, dapo, gspo, nll.
+Built-ins: advantages grpo, rloo; policy losses ppo_clip, dapo, gspo, nll (declared in `builtins`).
+
+Importing this package does not import torch: the registries, configs and errors are torch-free and load
+eagerly; the torch functions (losses, advantages, HACPO) load on first attribute access (PEP 562), so a
+process that only validates configs (the swarm client, job launch, A3R's CLI) starts without torch.
 """
 
-from engine.algorithms.advantages import grpo_advantages, rloo_advantages
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 from engine.algorithms.config import AdvantageConfig, HacpoConfig, LossConfig
 from engine.algorithms.errors import AlgorithmError, DuplicateAlgorithm, SignatureMismatch, UnknownName
-from engine.algorithms.hacpo import (
-    CapabilityTracker,
-    HacpoAdvantages,
-    capability_ratio,
-    capability_weights,
-    cross_lower_bound,
-    hacpo_advantages,
-    hacpo_loss,
-    hacpo_omega,
-    step_accuracy,
-)
-from engine.algorithms.losses import (
-    aggregate,
-    dapo_loss,
-    entropy_from_logits,
-    gspo_loss,
-    kl_penalty,
-    masked_mean,
-    nll_loss,
-    ppo_clip_loss,
-    token_logprobs,
-)
 from engine.algorithms.registry import (
     AdvantageEstimator,
-    GroupIds,
     PolicyLoss,
     Registry,
     advantage_defaults,
@@ -45,6 +30,54 @@ from engine.algorithms.registry import (
     register_advantage,
     register_policy_loss,
 )
+
+# Torch-importing names -> their module, imported on first access.
+_LAZY = {
+    "GroupIds": "engine.algorithms._groups",
+    **dict.fromkeys(("grpo_advantages", "rloo_advantages"), "engine.algorithms.advantages"),
+    **dict.fromkeys(
+        (
+            "CapabilityTracker",
+            "HacpoAdvantages",
+            "capability_ratio",
+            "capability_weights",
+            "cross_lower_bound",
+            "hacpo_advantages",
+            "hacpo_loss",
+            "hacpo_omega",
+            "step_accuracy",
+        ),
+        "engine.algorithms.hacpo",
+    ),
+    **dict.fromkeys(
+        (
+            "aggregate",
+            "dapo_loss",
+            "entropy_from_logits",
+            "gspo_loss",
+            "kl_penalty",
+            "masked_mean",
+            "nll_loss",
+            "ppo_clip_loss",
+            "token_logprobs",
+        ),
+        "engine.algorithms.losses",
+    ),
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later accesses skip this hook
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 __all__ = [
     "estimator_config",

@@ -6,9 +6,12 @@ callers broadcast back with `stat_G[index_N]`.
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Sequence
+
 import torch
 
-from engine.algorithms.registry import GroupIds
+# Task group of each sample: an int tensor (N,) or any sequence of N hashables (task ids, prompt strings).
+GroupIds = torch.Tensor | Sequence[Hashable]
 
 
 def group_index(group_ids_N: GroupIds, device: torch.device | None = None) -> tuple[torch.Tensor, int]:

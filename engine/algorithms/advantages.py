@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import torch
 
-from engine.algorithms._groups import group_index, group_mean, group_std, group_sum, group_uniform
+from engine.algorithms._groups import GroupIds, group_index, group_mean, group_std, group_sum, group_uniform
 from engine.algorithms.config import AdvantageConfig
-from engine.algorithms.registry import GroupIds, register_advantage
+from engine.algorithms.registry import register_advantage
 
 __all__ = ["grpo_advantages", "rloo_advantages"]
 
@@ -47,7 +47,7 @@ def grpo_advantages(*, rewards_N: torch.Tensor, group_ids_N: GroupIds, cfg: Adva
     return torch.where(uniform_N, 0.0, centred_N)  # (N,)
 
 
-@register_advantage("rloo", defaults={"scale_by_std": False})
+@register_advantage("rloo")  # defaults (scale_by_std False) declared in engine.algorithms.builtins
 def rloo_advantages(*, rewards_N: torch.Tensor, group_ids_N: GroupIds, cfg: AdvantageConfig) -> torch.Tensor:
     """A_i = R_i - mean of the other rewards of i's group (= n/(n-1) (R_i - mean_g R)); 0 in uniform groups."""
     R_N, index_N, G = _prepare(rewards_N, group_ids_N)

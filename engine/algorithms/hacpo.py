@@ -42,11 +42,10 @@ from typing import Any, NamedTuple
 
 import torch
 
-from engine.algorithms._groups import group_index, group_mean, group_std, group_sum, group_uniform
+from engine.algorithms._groups import GroupIds, group_index, group_mean, group_std, group_sum, group_uniform
 from engine.algorithms.config import HacpoConfig
 from engine.algorithms.errors import UnknownName
 from engine.algorithms.losses import kl_penalty, masked_mean
-from engine.algorithms.registry import GroupIds
 
 __all__ = [
     "CapabilityTracker",

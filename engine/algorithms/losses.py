@@ -7,7 +7,8 @@ count it averages over, so duplicating a sample equals doubling its weight and a
 weights changes nothing. Normalisers are those of the batch given: to accumulate gradients over
 micro-batches exactly, scale each micro-batch's loss by its `aggregate_denominator` over the mini-batch's.
 
-Implemented (registered names, with the LossConfig defaults each registers; see `policy_loss_config`):
+Implemented (registered names, with the LossConfig defaults each is declared with in `engine.algorithms.builtins`;
+see `policy_loss_config`):
 - `ppo_clip`: token-level PPO clipped surrogate, r_t = pi/pi_old per token,
   loss_t = max(-A r_t, -A clip(r_t, 1 - clip_low, 1 + clip_high)). GRPO = `grpo` advantages + this loss.
 - `dapo`: the same token-level surrogate with DAPO's loss-side choices as defaults: clip-higher
@@ -292,7 +293,7 @@ def ppo_clip_loss(
     return loss, metrics
 
 
-@register_policy_loss("dapo", defaults={"clip_low": 0.2, "clip_high": 0.28, "agg": "token_mean"})
+@register_policy_loss("dapo")  # defaults in engine.algorithms.builtins: clip 0.2/0.28, token_mean
 def dapo_loss(
     *,
     logp_BT: torch.Tensor,
@@ -318,7 +319,7 @@ def dapo_loss(
     )
 
 
-@register_policy_loss("gspo", defaults={"clip_low": 3e-4, "clip_high": 4e-4, "agg": "seq_mean_token_mean"})
+@register_policy_loss("gspo")  # defaults in engine.algorithms.builtins: clip 3e-4/4e-4, seq_mean_token_mean
 def gspo_loss(
     *,
     logp_BT: torch.Tensor,
@@ -357,7 +358,7 @@ def gspo_loss(
     return loss, metrics
 
 
-@register_policy_loss("nll", defaults={"agg": "token_mean"})
+@register_policy_loss("nll")  # defaults in engine.algorithms.builtins: token_mean
 def nll_loss(
     *,
     logp_BT: torch.Tensor,

@@ -6,8 +6,10 @@ rejects a *different* function under a name already taken (re-registering the sa
 and may attach recommended config defaults (e.g. GSPO's tiny clip range). Lookups that miss raise
 `UnknownName` (a KeyError) listing the valid names.
 
-Built-ins are registered when `engine.algorithms` is imported: advantages `grpo`, `rloo`; policy losses
-`ppo_clip`, `dapo`, `gspo`, `nll`.
+Built-ins (advantages `grpo`, `rloo`; policy losses `ppo_clip`, `dapo`, `gspo`, `nll`) are declared with their
+defaults in the torch-free `engine.algorithms.builtins`: names and defaults come from there, and the torch
+module implementing them is imported on the first lookup of a function (or a registration under a built-in
+name), so validating a config never imports torch. This module imports no torch either.
 
 HACPO is deliberately NOT registered: its advantage needs each sample's source agent, the learner and the
 agents' capabilities, and its loss needs per-sequence source log-probs from another tokenizer, omega and
@@ -17,21 +19,25 @@ API instead of widening every signature for one algorithm.
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import re
-from collections.abc import Callable, Hashable, Mapping, Sequence
-from typing import Any, Generic, Protocol, TypeVar
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-import torch
-
+from engine.algorithms.builtins import BUILTIN_ADVANTAGES, BUILTIN_POLICY_LOSSES, BuiltinTable
 from engine.algorithms.config import AdvantageConfig, LossConfig
-from engine.algorithms.errors import DuplicateAlgorithm, SignatureMismatch, UnknownName
+from engine.algorithms.errors import AlgorithmError, DuplicateAlgorithm, SignatureMismatch, UnknownName
+
+if TYPE_CHECKING:  # annotations only: importing torch here would put it in every config-validating process
+    import torch
+
+    from engine.algorithms._groups import GroupIds
 
 __all__ = [
     "estimator_config",
     "policy_loss_config",
     "AdvantageEstimator",
-    "GroupIds",
     "PolicyLoss",
     "Registry",
     "advantage_defaults",
@@ -43,10 +49,6 @@ __all__ = [
     "register_advantage",
     "register_policy_loss",
 ]
-
-# Task group of each sample: an int tensor (N,) or any sequence of N hashables (task ids, prompt strings).
-GroupIds = torch.Tensor | Sequence[Hashable]
-
 
 class AdvantageEstimator(Protocol):
     """rewards_N (one scalar per sample) and their task groups -> advantages_N (constants for the loss)."""
@@ -89,11 +91,16 @@ def _shape(fn: Callable[..., Any]) -> list[tuple[str, Any, bool]]:
 
 
 class Registry(Generic[F]):
-    """Name -> function for one kind, with the kind's signature enforced at registration."""
+    """Name -> function for one kind, with the kind's signature enforced at registration.
 
-    def __init__(self, kind: str, protocol: type) -> None:
+    `builtins` declares the kind's built-in names and defaults: they are known before their module is imported
+    (names, defaults), and the module is imported when one of their functions is first looked up.
+    """
+
+    def __init__(self, kind: str, protocol: type, builtins: BuiltinTable | None = None) -> None:
         self.kind = kind
         self._expected = _shape(protocol.__call__)
+        self._builtins = builtins
         self._fns: dict[str, F] = {}
         self._defaults: dict[str, dict[str, Any]] = {}
 
@@ -109,7 +116,7 @@ class Registry(Generic[F]):
                     f"{self.kind} {name!r} ({fn.__qualname__}) has parameters {_describe(got)}; "
                     f"every {self.kind} must take exactly {_describe(self._expected)}"
                 )
-            new_defaults = dict(defaults or {})
+            new_defaults = self._checked_defaults(name, fn, defaults)
             old = self._fns.get(name)
             if old is not None and (not _same(old, fn) or self._defaults[name] != new_defaults):
                 raise DuplicateAlgorithm(
@@ -122,20 +129,60 @@ class Registry(Generic[F]):
 
         return decorator
 
+    def _checked_defaults(self, name: str, fn: F, defaults: Mapping[str, Any] | None) -> dict[str, Any]:
+        """The defaults `fn` registers under `name`: a built-in's come from its declaration in `builtins`."""
+        table = self._builtins
+        if table is None:
+            return dict(defaults or {})
+        if fn.__module__ == table.module:
+            if name not in table.defaults:
+                raise AlgorithmError(
+                    f"built-in {self.kind} {name!r} ({fn.__qualname__}) is not declared in "
+                    f"engine.algorithms.builtins; add it there so configs can name it without importing torch"
+                )
+            declared = dict(table.defaults[name])
+            if defaults is not None and dict(defaults) != declared:
+                raise AlgorithmError(
+                    f"built-in {self.kind} {name!r} registers defaults {dict(defaults)} but "
+                    f"engine.algorithms.builtins declares {declared}; change the declaration, not the decorator"
+                )
+            return declared
+        if name in table.defaults:
+            self._load_builtins()  # the built-in registers first, so the clash below names it
+        return dict(defaults or {})
+
+    def _load_builtins(self) -> None:
+        # Imported by name, not at module level: it imports torch and registers into this registry.
+        if self._builtins is not None:
+            importlib.import_module(self._builtins.module)
+
+    def _unknown(self, name: str) -> UnknownName:
+        return UnknownName(f"unknown {self.kind} {name!r}; valid names: {', '.join(self.names())}")
+
     def get(self, name: str) -> F:
+        if name not in self._fns and self._builtins is not None and name in self._builtins.defaults:
+            self._load_builtins()
         try:
             return self._fns[name]
         except KeyError:
-            raise UnknownName(
-                f"unknown {self.kind} {name!r}; valid names: {', '.join(self.names())}"
-            ) from None
+            raise self._unknown(name) from None
 
     def defaults(self, name: str) -> dict[str, Any]:
-        self.get(name)  # raises with the valid names
-        return dict(self._defaults[name])
+        """The config defaults `name` registered (a built-in's declared ones, without importing it)."""
+        if name in self._fns:
+            return dict(self._defaults[name])
+        if self._builtins is not None and name in self._builtins.defaults:
+            return dict(self._builtins.defaults[name])
+        raise self._unknown(name)
 
     def names(self) -> tuple[str, ...]:
-        return tuple(sorted(self._fns))
+        """Every registered name and every declared built-in, whether or not its module is imported yet."""
+        declared = self._builtins.defaults if self._builtins is not None else {}
+        return tuple(sorted({*self._fns, *declared}))
+
+    def loaded(self) -> dict[str, F]:
+        """The functions registered so far (a built-in only once its module has been imported)."""
+        return dict(self._fns)
 
 
 def _same(a: Callable[..., Any], b: Callable[..., Any]) -> bool:
@@ -149,8 +196,8 @@ def _describe(shape: list[tuple[str, Any, bool]]) -> str:
     return "[" + ", ".join(parts) + "]"
 
 
-_ADVANTAGES: Registry[AdvantageEstimator] = Registry("advantage estimator", AdvantageEstimator)
-_POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss", PolicyLoss)
+_ADVANTAGES: Registry[AdvantageEstimator] = Registry("advantage estimator", AdvantageEstimator, BUILTIN_ADVANTAGES)
+_POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss", PolicyLoss, BUILTIN_POLICY_LOSSES)
 
 
 def register_advantage(name: str, defaults: Mapping[str, Any] | None = None) -> Callable[[F], F]:
