@@ -7,13 +7,12 @@ entry's imports inside it (interpreter start excluded); repeats rotate the trees
 new/old per entry over repeats (median, min, max), with the load average recorded; on a busy machine only the
 proportions mean anything.
 
-    PYTHONPATH=$PWD python benchmarks/client_imports.py --old e5af39b --repeats 5 --out /tmp/client_imports.json
+    PYTHONPATH=$PWD python benchmarks/client_imports.py --old e5af39b --repeats 5 --out /tmp/client_imports
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -25,7 +24,15 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run as a script: make `benchmarks` importable
     sys.path.insert(0, str(REPO))
 
-from benchmarks.common import fmt_spread, loadavg, machine_record, rotated, spread, worktree_at  # noqa: E402
+from benchmarks.common import (  # noqa: E402
+    fmt_spread,
+    loadavg,
+    machine_record,
+    rotated,
+    spread,
+    worktree_at,
+    write_report,
+)
 
 ENTRIES = {
     "engine.jobs": "import engine.jobs",
@@ -62,21 +69,26 @@ def measure(old_tree: Path, new_tree: Path, repeats: int) -> dict[str, Any]:
     }
 
 
+def page(result: dict[str, Any]) -> str:
+    """One line per entry: median seconds of each tree and new/old over the repeats."""
+    lines = [f"Import seconds, {result['old']} (old) against this tree (new), load {result['machine']['loadavg_before']}:"]
+    for entry, ratio in result["new_over_old"].items():
+        med = result["median_s"][entry]
+        lines.append(f"- {entry}: old {med['old']:.3f}s, new {med['new']:.3f}s, new/old {fmt_spread(ratio)}")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--old", default="main", help="baseline revision (a detached worktree is made of it)")
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--out", type=Path, default=None, help="JSON of every measurement")
+    ap.add_argument("--out", type=Path, default=None, help="writes OUT.json (every measurement) and OUT.md")
     args = ap.parse_args(argv)
     load_before = loadavg()
     with worktree_at(args.old) as old_tree:
         result = measure(old_tree, REPO, args.repeats)
     result.update(old=args.old, machine=machine_record(load_before))
-    for entry, ratio in result["new_over_old"].items():
-        med = result["median_s"][entry]
-        print(f"{entry:14s} old {med['old']:.3f}s  new {med['new']:.3f}s  new/old {fmt_spread(ratio)}")
-    if args.out:
-        args.out.write_text(json.dumps(result, indent=2))
+    print(write_report(args.out, result, page) if args.out else page(result))
     return result
 
 

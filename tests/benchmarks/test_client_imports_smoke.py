@@ -11,9 +11,10 @@ ci = load_benchmark("client_imports")
 
 
 def test_smoke_times_every_entry_in_both_trees(tmp_path):
-    out = tmp_path / "client_imports.json"
+    out = tmp_path / "client_imports"
     result = ci.main(["--old", "HEAD", "--repeats", "1", "--out", str(out)])
-    assert json.loads(out.read_text())["old"] == "HEAD"
+    assert json.loads(out.with_suffix(".json").read_text())["old"] == "HEAD"
+    assert all(entry in out.with_suffix(".md").read_text() for entry in ci.ENTRIES)
     assert set(result["seconds"]) == set(ci.ENTRIES)
     for entry, trees in result["seconds"].items():
         assert len(trees["old"]) == len(trees["new"]) == 1, entry
