@@ -100,6 +100,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     data = TrainJob.model_validate(raw).model_dump()
     if args.model:
         data["swarm"]["model"]["name"] = args.model
+    if args.no_eval0_cache:
+        data["eval0_cache"] = False
     training = data["swarm"]["training"]
     training["max_steps"] = args.steps or training["max_steps"] or 10
     job = TrainJob.model_validate(data)
@@ -167,6 +169,10 @@ def main(argv: list[str] | None = None) -> int:
         help="override team.method: independent (multi-role, non-shared), hacpo, naive, gspo or gspox2",
     )
     tr.add_argument("--sync", choices=[m.value for m in SyncMode], help="override team.sync (lockstep or free)")
+    tr.add_argument(
+        "--no-eval0-cache", action="store_true",
+        help="measure the untrained model's held-out accuracy even if an earlier run cached it (step-0 cache)",
+    )
     tr.add_argument("--run-dir", help="where checkpoints, metrics and summary.json go (default runs/<task>-<time>)")
     tr.set_defaults(fn=_cmd_train)
 

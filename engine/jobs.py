@@ -43,6 +43,7 @@ from engine.tasks import get_task
 from engine.tasks.base import HELD_OUT_SEED, split_items
 from engine.teams.config import TeamConfig, TeamMethod
 from engine.training.checkpoint import checkpoints_dir
+from engine.training.eval_cache import evaluate_step0
 from engine.training.metrics import MetricsLog, read_run_metrics
 
 console = Console(stderr=True)
@@ -65,6 +66,12 @@ class TrainJob(BaseModel):
         64, ge=0, description="Held-out items for greedy accuracy before and after (0: skip)."
     )
     eval_every: int = Field(0, ge=0, description="Also evaluate every k steps (0: only before and after).")
+    eval0_cache: bool = Field(
+        True,
+        description="Reuse the untrained model's held-out result from the step-0 cache when an earlier run "
+        "measured it under the same model, items, settings, code and thread count (engine.training.eval_cache); "
+        "false: always measure it.",
+    )
     eval_seed: int = Field(
         HELD_OUT_SEED,
         description="Seed of the held-out set: the same problems for every run and seed, none of them ever trained on.",
@@ -386,7 +393,8 @@ def _measure_before(
 ) -> None:
     """Held-out accuracy of the untrained model, once per run dir.
 
-    A resumed job reuses the value an earlier process of it recorded. It measures only a server at step 0
+    A resumed job reuses the value an earlier process of it recorded; a new one reuses the step-0 cache's
+    (`engine.training.eval_cache`) when an earlier run measured the same thing. It measures only a server at step 0
     that is ROLLING: one that replayed a complete batch from its journal is already training it (and
     inference waits for the new weights), so what it would measure is no longer the untrained model.
     """
@@ -394,7 +402,10 @@ def _measure_before(
     if recorded is not None:
         summary["accuracy_before"] = recorded
     elif st["global_step"] == 0 and st["state"] == "ROLLING":
-        summary["accuracy_before"] = _evaluate_on(server, clients, job, held_out, "before", 0, log)
+        summary["accuracy_before"] = evaluate_step0(
+            lambda lg: _evaluate_on(server, clients, job, held_out, "before", 0, lg),
+            job, held_out, summary.get("torch_threads"), log, summary, console.print,
+        )
     else:
         console.print(
             "[yellow]no accuracy before training: the run was interrupted before it was measured, and the "

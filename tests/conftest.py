@@ -20,6 +20,10 @@ from engine.server.serve import default_backend_factory
 # Two cores: keep torch from oversubscribing them when tests run beside server threads.
 torch.set_num_threads(2)
 
+# Tests measure what they run: a step-0 result cached by an earlier test (or the developer's own runs)
+# would skip the evaluation a test is about. tests/engine/training/test_eval0_cache.py turns it on.
+os.environ["SWARM_EVAL0_CACHE"] = "off"
+
 
 
 class LiveServer:

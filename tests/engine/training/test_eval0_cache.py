@@ -1,0 +1,187 @@
+"""The step-0 evaluation cache (engine.training.eval_cache, issue 31): a run with a warm cache writes what a
+run with a cold one wrote, without evaluating the untrained model; any change of what determines the
+result misses; a corrupt entry is measured again and replaced.
+
+The end-to-end test runs `swarm train` (real server subprocess, tiny model, batch-invariant decoding so
+the runs agree bit for bit) three times on one cache: cold, warm, and after corrupting the entry. The
+server counts every episode that ends, held-out ones included: the warm run's server ends exactly the
+training episodes and the final evaluation's, so it saw no step-0 evaluation at all.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+from tests_support import swarm_train_here, tiny_train_job, train_command
+
+from engine.jobs import TrainJob
+from engine.tasks import get_task
+from engine.tasks.base import split_items
+from engine.training.eval_cache import ENV, MARKER, engine_code_hash, load_entry, step0_key, store_entry
+
+EVAL_SIZE = 6
+JOB = tiny_train_job(steps=1, eval_size=EVAL_SIZE, max_tokens=8)
+JOB["swarm"]["inference"] = {"batch_invariant": True}
+TRAIN_EPISODES = 1 * 2 * 2  # steps x batch_size x group_size
+
+
+def _metrics(run_dir: Path) -> list[dict]:
+    """Metric rows without wall-clock values and without the reuse marker."""
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if not k.endswith("_s")} for r in rows if MARKER not in r]
+
+
+def _summary(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def _same_result(summary: dict) -> dict:
+    """A summary without what may differ: the server's final status (clock times, its episode counts)
+    and the cache's own note."""
+    return {k: v for k, v in summary.items() if k not in ("final_status", "eval0_cache")}
+
+
+def _episodes_ended(summary: dict) -> int:
+    return summary["final_status"]["episode_counts"]["ended"]
+
+
+def _run(tmp_path: Path, capsys, run: str) -> Path:
+    cmd, run_dir = train_command(tmp_path, JOB, run)
+    swarm_train_here(cmd, capsys)
+    return run_dir
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_warm_cache_writes_the_cold_runs_records_without_evaluating_and_a_corrupt_entry_is_rebuilt(
+    tmp_path, capsys, monkeypatch
+):
+    cache = tmp_path / "eval0"
+    monkeypatch.setenv(ENV, str(cache))
+    cold = _run(tmp_path, capsys, "cold")
+    cold_summary = _summary(cold)
+    key = cold_summary["eval0_cache"]["key"]
+    assert cold_summary["eval0_cache"] == {"key": key, "reused": False, "entry": str(cache / f"{key}.json")}
+    assert _episodes_ended(cold_summary) == TRAIN_EPISODES + 2 * EVAL_SIZE  # evaluated before and after
+
+    warm = _run(tmp_path, capsys, "warm")
+    warm_summary = _summary(warm)
+    assert warm_summary["eval0_cache"] == {"key": key, "reused": True, "entry": str(cache / f"{key}.json")}
+    # only the training episodes and the final evaluation's reached the server
+    assert _episodes_ended(warm_summary) == TRAIN_EPISODES + EVAL_SIZE
+    assert _metrics(warm) == _metrics(cold)
+    assert [r for r in map(json.loads, (warm / "metrics.jsonl").read_text().splitlines()) if MARKER in r] == [
+        {"step": 0, MARKER: key}
+    ]
+    assert (warm / "eval_scores.jsonl").read_text() == (cold / "eval_scores.jsonl").read_text()
+    assert _same_result(warm_summary) == _same_result(cold_summary)
+    assert warm_summary["accuracy_before"] == cold_summary["accuracy_before"]  # what A3R's gains subtract
+
+    entry = cache / f"{key}.json"
+    entry.write_text(entry.read_text()[:40])  # a torn entry (as a full disk would leave it)
+    rebuilt = _run(tmp_path, capsys, "rebuilt")
+    rebuilt_summary = _summary(rebuilt)
+    assert rebuilt_summary["eval0_cache"]["reused"] is False
+    assert _episodes_ended(rebuilt_summary) == TRAIN_EPISODES + 2 * EVAL_SIZE  # measured again
+    assert _metrics(rebuilt) == _metrics(cold)
+    assert load_entry(entry, key) is not None  # and stored whole again
+
+
+def _key(job: dict, threads: int = 1) -> str:
+    tj = TrainJob.model_validate(job)
+    _, held_out = split_items(get_task(tj.task), 0, tj.eval_size, tj.seed, tj.eval_seed)
+    keyed = step0_key(tj, {tj.task: held_out}, threads)
+    assert keyed is not None
+    return keyed[0]
+
+
+def _with(job: dict, path: str, value) -> dict:
+    out = json.loads(json.dumps(job))
+    *parents, last = path.split(".")
+    node = out
+    for p in parents:
+        node = node.setdefault(p, {})
+    node[last] = value
+    return out
+
+
+@pytest.mark.parametrize(
+    "path, value",
+    [
+        ("eval_size", EVAL_SIZE + 1),
+        ("eval_seed", 12345),
+        ("max_tokens", 9),
+        ("concurrency", 1),
+        ("task", "countdown"),
+        ("swarm.model.seed", 1),
+        ("swarm.model.dtype", "bfloat16"),
+        ("swarm.inference.batch_invariant", False),
+        ("swarm.lora.enabled", True),
+        ("swarm.episodes.max_context_tokens", 2048),
+    ],
+)
+def test_a_change_of_what_determines_the_step0_result_changes_the_key(path, value):
+    base = _key(JOB)
+    assert _key(JOB) == base  # the key is a function of its parts, nothing else
+    assert _key(_with(JOB, path, value)) != base
+
+
+def test_the_key_changes_with_the_thread_count_but_not_with_training_settings():
+    base = _key(JOB)
+    assert _key(JOB, threads=2) != base
+    # what only the training steps use does not touch the untrained model's evaluation
+    assert _key(_with(JOB, "swarm.training.lr", 1e-3)) == base
+    assert _key(_with(JOB, "seed", 7)) == base
+
+
+def test_the_engine_code_hash_changes_with_any_source_file(tmp_path):
+    (tmp_path / "backends").mkdir()
+    (tmp_path / "backends" / "a.py").write_text("x = 1\n")
+    (tmp_path / "b.py").write_text("y = 2\n")
+    before = engine_code_hash(tmp_path)
+    assert engine_code_hash(tmp_path) == before
+    (tmp_path / "backends" / "a.py").write_text("x = 2\n")
+    assert engine_code_hash(tmp_path) != before
+
+
+def test_only_a_whole_entry_of_its_own_key_loads(tmp_path):
+    path = tmp_path / "k.json"
+    entry = {"format": 1, "key": "k", "parts": {}, "accuracy": 0.5, "records": [["row", {"step": 0}]]}
+    store_entry(path, entry)
+    assert load_entry(path, "k") == entry
+    assert load_entry(path, "other") is None  # a renamed or misplaced entry
+    path.write_text(json.dumps(entry)[:-5])
+    assert load_entry(path, "k") is None  # torn
+    path.write_text(json.dumps({**entry, "records": [["row"]]}))
+    assert load_entry(path, "k") is None  # malformed record
+    assert load_entry(tmp_path / "missing.json", "k") is None
+
+
+def test_two_writers_of_one_entry_leave_it_whole(tmp_path):
+    """Two slots that measured the same key store at once: each writes its own temporary file and renames
+    it into place, so the entry is always one writer's whole entry and no temporary file is left."""
+    path = tmp_path / "eval0" / "k.json"
+    entries = [
+        {"format": 1, "key": "k", "parts": {}, "accuracy": a, "records": [["row", {"step": 0, "pad": "x" * 200_000}]]}
+        for a in (0.25, 0.75)
+    ]
+    errors: list[BaseException] = []
+
+    def write(entry: dict) -> None:
+        try:
+            for _ in range(20):
+                store_entry(path, entry)
+        except BaseException as e:  # noqa: BLE001 - a thread's exception would otherwise pass unseen
+            errors.append(e)
+
+    threads = [threading.Thread(target=write, args=(e,)) for e in entries]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert load_entry(path, "k") in entries
+    assert [p.name for p in path.parent.iterdir()] == ["k.json"]
