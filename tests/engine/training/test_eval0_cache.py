@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 from tests_support import swarm_train_here, tiny_train_job, train_command
 
+from a3r.analysis.curves import score_curve
+from a3r.worker.metrics import read_metrics
 from engine.jobs import TrainJob
 from engine.tasks import get_task
 from engine.tasks.base import split_items
@@ -48,10 +50,18 @@ def _episodes_ended(summary: dict) -> int:
     return summary["final_status"]["episode_counts"]["ended"]
 
 
-def _run(tmp_path: Path, capsys, run: str) -> Path:
+def _run(tmp_path: Path, capsys, monkeypatch, run: str, *flags: str) -> Path:
+    """Run JOB into tmp_path/<run>, as an A3R worker would: its metrics also go to tmp_path/<run>.a3r.jsonl."""
+    monkeypatch.setenv("A3R_METRICS_FILE", str(tmp_path / f"{run}.a3r.jsonl"))
     cmd, run_dir = train_command(tmp_path, JOB, run)
-    swarm_train_here(cmd, capsys)
+    swarm_train_here([*cmd, *flags], capsys)
     return run_dir
+
+
+def _a3r_accuracy(tmp_path: Path, run: str) -> list[tuple[int, float | None]]:
+    """The held-out accuracy curve A3R reads from the run's metrics file (its gains: last - first)."""
+    chunk = read_metrics(tmp_path / f"{run}.a3r.jsonl", 0, final=True)
+    return [(step, v) for step, name, v in chunk.points if name == "eval_accuracy"]
 
 
 @pytest.mark.slow
@@ -61,13 +71,13 @@ def test_a_warm_cache_writes_the_cold_runs_records_without_evaluating_and_a_corr
 ):
     cache = tmp_path / "eval0"
     monkeypatch.setenv(ENV, str(cache))
-    cold = _run(tmp_path, capsys, "cold")
+    cold = _run(tmp_path, capsys, monkeypatch, "cold")
     cold_summary = _summary(cold)
     key = cold_summary["eval0_cache"]["key"]
     assert cold_summary["eval0_cache"] == {"key": key, "reused": False, "entry": str(cache / f"{key}.json")}
     assert _episodes_ended(cold_summary) == TRAIN_EPISODES + 2 * EVAL_SIZE  # evaluated before and after
 
-    warm = _run(tmp_path, capsys, "warm")
+    warm = _run(tmp_path, capsys, monkeypatch, "warm")
     warm_summary = _summary(warm)
     assert warm_summary["eval0_cache"] == {"key": key, "reused": True, "entry": str(cache / f"{key}.json")}
     # only the training episodes and the final evaluation's reached the server
@@ -78,16 +88,23 @@ def test_a_warm_cache_writes_the_cold_runs_records_without_evaluating_and_a_corr
     ]
     assert (warm / "eval_scores.jsonl").read_text() == (cold / "eval_scores.jsonl").read_text()
     assert _same_result(warm_summary) == _same_result(cold_summary)
-    assert warm_summary["accuracy_before"] == cold_summary["accuracy_before"]  # what A3R's gains subtract
+    assert warm_summary["accuracy_before"] == cold_summary["accuracy_before"]
+    # A3R scores a run's gain from its metrics file's curve: the same points, from step 0
+    curve = _a3r_accuracy(tmp_path, "warm")
+    assert curve == _a3r_accuracy(tmp_path, "cold") and [s for s, _ in curve] == [0, 1]
+    assert score_curve(curve).initial == warm_summary["accuracy_before"]
 
     entry = cache / f"{key}.json"
     entry.write_text(entry.read_text()[:40])  # a torn entry (as a full disk would leave it)
-    rebuilt = _run(tmp_path, capsys, "rebuilt")
+    rebuilt = _run(tmp_path, capsys, monkeypatch, "rebuilt")
     rebuilt_summary = _summary(rebuilt)
     assert rebuilt_summary["eval0_cache"]["reused"] is False
     assert _episodes_ended(rebuilt_summary) == TRAIN_EPISODES + 2 * EVAL_SIZE  # measured again
     assert _metrics(rebuilt) == _metrics(cold)
     assert load_entry(entry, key) is not None  # and stored whole again
+
+    uncached = _summary(_run(tmp_path, capsys, monkeypatch, "uncached", "--no-eval0-cache"))
+    assert "eval0_cache" not in uncached and _episodes_ended(uncached) == TRAIN_EPISODES + 2 * EVAL_SIZE
 
 
 def _key(job: dict, threads: int = 1) -> str:
