@@ -22,7 +22,16 @@ from a3r.worker.metrics import read_metrics
 from engine.jobs import TrainJob
 from engine.tasks import get_task
 from engine.tasks.base import split_items
-from engine.training.eval_cache import ENV, MARKER, engine_code_hash, load_entry, step0_key, store_entry
+from engine.training.eval_cache import (
+    ENV,
+    MARKER,
+    engine_code_hash,
+    evaluate_step0,
+    load_entry,
+    step0_key,
+    store_entry,
+)
+from engine.training.metrics import MetricsLog
 
 EVAL_SIZE = 6
 JOB = tiny_train_job(steps=1, eval_size=EVAL_SIZE, max_tokens=8)
@@ -50,10 +59,10 @@ def _episodes_ended(summary: dict) -> int:
     return summary["final_status"]["episode_counts"]["ended"]
 
 
-def _run(tmp_path: Path, capsys, monkeypatch, run: str, *flags: str) -> Path:
-    """Run JOB into tmp_path/<run>, as an A3R worker would: its metrics also go to tmp_path/<run>.a3r.jsonl."""
+def _run(tmp_path: Path, capsys, monkeypatch, run: str, *flags: str, job: dict = JOB) -> Path:
+    """Run `job` into tmp_path/<run>, as an A3R worker would: its metrics also go to tmp_path/<run>.a3r.jsonl."""
     monkeypatch.setenv("A3R_METRICS_FILE", str(tmp_path / f"{run}.a3r.jsonl"))
-    cmd, run_dir = train_command(tmp_path, JOB, run)
+    cmd, run_dir = train_command(tmp_path, job, run)
     swarm_train_here([*cmd, *flags], capsys)
     return run_dir
 
@@ -105,6 +114,23 @@ def test_a_warm_cache_writes_the_cold_runs_records_without_evaluating_and_a_corr
 
     uncached = _summary(_run(tmp_path, capsys, monkeypatch, "uncached", "--no-eval0-cache"))
     assert "eval0_cache" not in uncached and _episodes_ended(uncached) == TRAIN_EPISODES + 2 * EVAL_SIZE
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_cocktails_step0_rows_of_every_task_are_reused(tmp_path, capsys, monkeypatch):
+    """A mix evaluates each task (`eval_accuracy/<task>`, its items' scores) and their weighted mean: all
+    of it comes back from the cache, in order."""
+    monkeypatch.setenv(ENV, str(tmp_path / "eval0"))
+    job = {**{k: v for k, v in JOB.items() if k != "task"}, "mix": {"arithmetic": 0.5, "countdown": 0.5}}
+    cold = _run(tmp_path, capsys, monkeypatch, "cold", job=job)
+    warm = _run(tmp_path, capsys, monkeypatch, "warm", job=job)
+    assert _summary(warm)["eval0_cache"]["reused"] is True
+    assert _episodes_ended(_summary(warm)) == _episodes_ended(_summary(cold)) - 2 * EVAL_SIZE  # both tasks' sets
+    step0 = [r for r in _metrics(warm) if r["step"] == 0]
+    assert {k for r in step0 for k in r} >= {"eval_accuracy", "eval_accuracy/arithmetic", "eval_accuracy/countdown"}
+    assert _metrics(warm) == _metrics(cold)
+    assert (warm / "eval_scores.jsonl").read_text() == (cold / "eval_scores.jsonl").read_text()
 
 
 def _key(job: dict, threads: int = 1) -> str:
@@ -202,3 +228,33 @@ def test_two_writers_of_one_entry_leave_it_whole(tmp_path):
     assert errors == []
     assert load_entry(path, "k") in entries
     assert [p.name for p in path.parent.iterdir()] == ["k.json"]
+
+
+def test_a_reused_result_is_the_stored_one_value_for_value(tmp_path, monkeypatch):
+    """The tiny model scores 0 on every held-out item, so the runs above cannot tell a stored accuracy from
+    a zero: here the evaluation's records carry distinct values, and the reuse writes exactly them."""
+    monkeypatch.setenv(ENV, str(tmp_path / "eval0"))
+    monkeypatch.delenv("A3R_METRICS_FILE", raising=False)
+    job = TrainJob.model_validate(JOB)
+    _, held_out = split_items(get_task(job.task), 0, job.eval_size, job.seed, job.eval_seed)
+    ids = [it.id for it in held_out]
+    scores = [0.0, 1.0, 0.5, 1.0, 0.0, 1.0][: len(ids)]
+    calls = []
+
+    def measure(log) -> float:
+        calls.append(1)
+        acc = sum(scores) / len(scores)
+        log.write({"step": 0, "eval_accuracy/village": 0.25})
+        log.write_eval_scores(0, "eval_accuracy", ids, scores)
+        log.write({"step": 0, "eval_accuracy": acc, "eval_items": len(ids)})
+        return acc
+
+    runs = {}
+    for run in ("cold", "warm"):
+        summary: dict = {}
+        acc = evaluate_step0(measure, job, {job.task: held_out}, 1, MetricsLog(tmp_path / run), summary, lambda _: None)
+        runs[run] = (acc, summary)
+    assert len(calls) == 1 and runs["warm"][0] == runs["cold"][0] == sum(scores) / len(scores)
+    assert runs["warm"][1]["eval0_cache"]["reused"] is True
+    assert _metrics(tmp_path / "warm") == _metrics(tmp_path / "cold")
+    assert (tmp_path / "warm" / "eval_scores.jsonl").read_text() == (tmp_path / "cold" / "eval_scores.jsonl").read_text()
