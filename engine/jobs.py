@@ -404,7 +404,7 @@ def _measure_before(
     elif st["global_step"] == 0 and st["state"] == "ROLLING":
         summary["accuracy_before"] = evaluate_step0(
             lambda lg: _evaluate_on(server, clients, job, held_out, "before", 0, lg),
-            job, held_out, summary.get("torch_threads"), log, summary, console.print,
+            job, held_out, next(iter(clients.values())).health, log, summary, console.print,
         )
     else:
         console.print(

@@ -12,7 +12,7 @@ The key (`step0_key`) holds: the model (config, and the identity of the files it
 mtime of the GGUF, or of every file of a local directory), LoRA, inference and episode settings, the
 backend (torch only: GPU backends are not deterministic), the task(s) with each held-out set's eval_size,
 eval_seed and a hash of its items' content, the reply budget and concurrency, the server's torch thread
-count, torch/transformers/python versions and the CPU, and a hash of every engine source file (a code
+count and decode batch bound (`max_batch_rows`: how many items an evaluation sends at once), torch/transformers/python versions and the CPU, and a hash of every engine source file (a code
 change never reuses a result of older code). Without `inference.batch_invariant` a greedy evaluation can
 differ from another in its last-digit rounding (docs/engine.md, reproducible runs): the entry is then one
 of the results the run could have measured, and every run reusing it shares it.
@@ -110,10 +110,12 @@ def items_hash(items: list) -> str:
     return hashlib.sha256(repr(list(items)).encode()).hexdigest()
 
 
-def step0_key(job, held_out: dict[str, list], torch_threads: int | None) -> tuple[str, dict] | None:
-    """(key, its parts) of a job's step-0 evaluation, or None when it must not be cached (not the torch
-    backend, a model whose files cannot be identified, an unknown thread count)."""
+def step0_key(job, held_out: dict[str, list], health: dict) -> tuple[str, dict] | None:
+    """(key, its parts) of a job's step-0 evaluation on a server whose /health answered `health`, or None
+    when it must not be cached (not the torch backend, a model whose files cannot be identified, an unknown
+    thread count)."""
     swarm = job.swarm
+    torch_threads = health.get("torch_threads")
     model_files = model_files_identity(swarm.model.name)
     if swarm.backend != "torch" or model_files is None or not torch_threads:
         return None
@@ -131,6 +133,8 @@ def step0_key(job, held_out: dict[str, list], torch_threads: int | None) -> tupl
         "mix": dict(sorted(job.mix.items())),
         "generation": {"temperature": 0.0, "max_tokens": job.max_tokens, "concurrency": job.concurrency},
         "torch_threads": torch_threads,
+        # an evaluation sends as many items at once as the server batches (engine.jobs.eval_concurrency)
+        "max_batch_rows": (health.get("inference") or {}).get("max_batch_rows"),
         "versions": {d: _version(d) for d in ("torch", "transformers", "tokenizers", "peft")},
         "python": sys.version,
         "machine": [platform.machine(), _cpu()],
@@ -192,14 +196,14 @@ def store_entry(path: Path, entry: dict) -> None:
 
 
 def evaluate_step0(
-    measure: Callable[[object], float], job, held_out: dict[str, list], torch_threads: int | None, log,
+    measure: Callable[[object], float], job, held_out: dict[str, list], health: Callable[[], dict], log,
     summary: dict, say: Callable[[str], None] = print,
 ) -> float:
     """The step-0 accuracy: reused from the cache when an entry for this job's key exists, else
-    `measure(log)` (which writes its rows to the log it is given), stored for later runs. Notes which in
-    `summary["eval0_cache"]`."""
+    `measure(log)` (which writes its rows to the log it is given), stored for later runs. `health()` is
+    the server's /health answer (asked only when the cache is on). Notes which in `summary["eval0_cache"]`."""
     where = cache_dir() if job.eval0_cache else None
-    keyed = step0_key(job, held_out, torch_threads) if where is not None else None
+    keyed = step0_key(job, held_out, health()) if where is not None else None
     if keyed is None:
         return measure(log)
     key, parts = keyed

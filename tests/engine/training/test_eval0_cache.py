@@ -133,10 +133,15 @@ def test_a_cocktails_step0_rows_of_every_task_are_reused(tmp_path, capsys, monke
     assert (warm / "eval_scores.jsonl").read_text() == (cold / "eval_scores.jsonl").read_text()
 
 
-def _key(job: dict, threads: int = 1) -> str:
+def _health(threads: int = 1, rows: int = 64) -> dict:
+    """A server's /health answer, as far as the key reads it (its counters change with every call)."""
+    return {"torch_threads": threads, "inference": {"max_batch_rows": rows, "decode_passes": 3}}
+
+
+def _key(job: dict, threads: int = 1, rows: int = 64) -> str:
     tj = TrainJob.model_validate(job)
     _, held_out = split_items(get_task(tj.task), 0, tj.eval_size, tj.seed, tj.eval_seed)
-    keyed = step0_key(tj, {tj.task: held_out}, threads)
+    keyed = step0_key(tj, {tj.task: held_out}, _health(threads, rows))
     assert keyed is not None
     return keyed[0]
 
@@ -172,9 +177,10 @@ def test_a_change_of_what_determines_the_step0_result_changes_the_key(path, valu
     assert _key(_with(JOB, path, value)) != base
 
 
-def test_the_key_changes_with_the_thread_count_but_not_with_training_settings():
+def test_the_key_changes_with_the_servers_threads_and_batch_but_not_with_training_settings():
     base = _key(JOB)
     assert _key(JOB, threads=2) != base
+    assert _key(JOB, rows=32) != base  # the evaluation would send another number of items at once
     # what only the training steps use does not touch the untrained model's evaluation
     assert _key(_with(JOB, "swarm.training.lr", 1e-3)) == base
     assert _key(_with(JOB, "seed", 7)) == base
@@ -252,7 +258,7 @@ def test_a_reused_result_is_the_stored_one_value_for_value(tmp_path, monkeypatch
     runs = {}
     for run in ("cold", "warm"):
         summary: dict = {}
-        acc = evaluate_step0(measure, job, {job.task: held_out}, 1, MetricsLog(tmp_path / run), summary, lambda _: None)
+        acc = evaluate_step0(measure, job, {job.task: held_out}, _health, MetricsLog(tmp_path / run), summary, lambda _: None)
         runs[run] = (acc, summary)
     assert len(calls) == 1 and runs["warm"][0] == runs["cold"][0] == sum(scores) / len(scores)
     assert runs["warm"][1]["eval0_cache"]["reused"] is True
