@@ -88,9 +88,11 @@ def reference_arm(
     """(x, level) of the reference configuration, fixed by the question and the base job, never by data:
     for minimum/maximum the generous end of the range (the one that should train if any does); otherwise
     the configuration the researcher runs without the study (the base job's value of the variable), or
-    the tested value nearest it."""
+    the tested value nearest it. The second factor's level is its first, except for the training steps:
+    their generous end is the most-trained level (the first would calibrate the least-trained runs and
+    advise "larger" counts the question may already hold)."""
     xs = grid(goal.factor, budget.grid_points)
-    level = None if goal.secondary is None else grid(goal.secondary, budget.secondary_levels)[0]
+    level = _reference_level(goal, budget)
     if goal.shape == "minimum" and goal.factor.knob.kind != "choice":
         return xs[-1], level
     if goal.shape == "maximum" and goal.factor.knob.kind != "choice":
@@ -103,6 +105,14 @@ def reference_arm(
     log = goal.factor.knob.scale == "log" and usual > 0 and min(xs) > 0
     dist = (lambda v: abs(math.log(v / usual))) if log else (lambda v: abs(v - usual))
     return min(xs, key=dist), level
+
+
+def _reference_level(goal: Goal, budget: ResearchBudget) -> Any:
+    """The second factor's level in the reference configuration (None without a second factor)."""
+    if goal.secondary is None:
+        return None
+    levels = grid(goal.secondary, budget.secondary_levels)
+    return max(levels) if goal.secondary.key == STEPS_KEY else levels[0]
 
 
 def _usual_value(goal: Goal, base_job: dict[str, Any]) -> Any:

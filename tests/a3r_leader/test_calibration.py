@@ -39,6 +39,23 @@ def test_reference_is_fixed_by_the_question_not_the_data():
     assert reference_arm(parse_goal("gspo versus dapo on arithmetic"), b, BASE)[0] == "gspo"
 
 
+def test_steps_as_the_second_factor_calibrate_the_most_trained_level():
+    """Issue 25: the generous end of the steps is the most-trained level. On the old code the reference took
+    the first (4) and the advice asked for "larger step counts (e.g. 8 or 16)", which the question holds."""
+    budget = ResearchBudget(grid_points=3, steps=20)
+    goal = parse_goal("smallest batch size for arithmetic (2 to 8); do the training steps (4 to 32) change it?")
+    assert goal.secondary.key == "swarm.training.max_steps"
+    assert reference_arm(goal, budget, BASE) == (8, 32)
+    design = calibration_stage(goal, budget, base_job=BASE)
+    assert [(a.x, a.level) for a in design.arms] == [(8, 32)]
+    cal = measure(goal, budget, design, [(0.1, 0.1), (0.1, 0.1), (0.1, 0.12)], [10, 10, 10], eval_items=64)
+    advice = no_training_advice(goal, budget, BASE, cal)
+    assert "32 steps (the reference configuration" in advice and "(e.g. 64 or 128)" in advice
+    # any other second factor keeps its first level
+    lr = parse_goal("smallest batch size for arithmetic (1 to 64); does the learning rate change it?")
+    assert reference_arm(lr, budget, BASE)[1] == 1e-6
+
+
 def test_a_visible_gain_sizes_the_grid_for_power():
     goal = parse_goal("smallest batch size that trains arithmetic (2 to 8)")
     budget = ResearchBudget(grid_points=3, steps=8, max_seeds=8)
