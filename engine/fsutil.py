@@ -1,11 +1,12 @@
-"""Crash-safe file replacement, shared by the pool journal and the metrics log."""
+"""Crash-safe file replacement, shared by the pool journal and the metrics log, and a log file's tail for
+error messages."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-__all__ = ["atomic_write_text", "fsync_dir"]
+__all__ = ["atomic_write_text", "fsync_dir", "log_tail"]
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -30,3 +31,11 @@ def fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def log_tail(path: Path, n: int = 4000) -> str:
+    """The last `n` bytes of a subprocess's log as text, for an error message ("(no log)" if unreadable)."""
+    try:
+        return Path(path).read_bytes()[-n:].decode(errors="replace")
+    except OSError:
+        return "(no log)"

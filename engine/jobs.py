@@ -39,6 +39,7 @@ from rich.console import Console
 from engine.client import RunnerResult, SwarmClient, run_episodes, run_groups
 from engine.config import SwarmConfig
 from engine.errors import ConfigError, EvaluationIncomplete, ServerExited, ServerLost
+from engine.fsutil import log_tail
 from engine.tasks import get_task
 from engine.tasks.base import HELD_OUT_SEED, split_items
 from engine.teams.config import TeamConfig, TeamMethod
@@ -267,11 +268,15 @@ class ServerProcess:
         import httpx
 
         see_log = f"; see {self.log_path}" if self.log_path else ""
+
+        def tail() -> str:  # why it failed (a refused config, a missing model) without opening the file
+            return f"; its log ends:\n{log_tail(self.log_path, 2000)}" if self.log_path else ""
+
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise ServerExited(
-                    f"swarm server exited with code {self.proc.returncode} before becoming healthy{see_log}",
+                    f"swarm server exited with code {self.proc.returncode} before becoming healthy{see_log}{tail()}",
                     self.proc.returncode,
                 )
             try:
@@ -280,7 +285,7 @@ class ServerProcess:
             except httpx.HTTPError:
                 pass
             time.sleep(0.1)
-        raise TimeoutError(f"swarm server did not answer /health within {timeout:g} s{see_log}")
+        raise TimeoutError(f"swarm server did not answer /health within {timeout:g} s{see_log}{tail()}")
 
     def client(self, client_id: str = "trainer") -> SwarmClient:
         return SwarmClient(self.url, admin_token=self.token, client_id=client_id)

@@ -65,7 +65,7 @@ def _start_servers(names: list[str], agent_dirs: dict[str, Path], factory: Serve
             if f.exception() is None:
                 f.result().stop()
         n, e = next(iter(failed.items()))
-        raise SwarmError(f"the server of agent {n!r} did not start ({e}); see {agent_dirs[n] / 'server.log'}")
+        raise SwarmError(f"the server of agent {n!r} did not start (its log: {agent_dirs[n] / 'server.log'}): {e}")
     return {n: f.result() for n, f in futures.items()}
 
 

@@ -20,6 +20,7 @@ import httpx
 
 from engine.config import SwarmConfig
 from engine.errors import ConfigError
+from engine.fsutil import log_tail
 
 __all__ = ["VllmServer", "vllm_serve_command", "vllm_serve_env"]
 
@@ -99,10 +100,7 @@ class VllmServer:
         )
 
     def _tail(self, n: int = 4000) -> str:
-        try:
-            return self.log_path.read_bytes()[-n:].decode(errors="replace")
-        except OSError:
-            return "(no log)"
+        return log_tail(self.log_path, n)
 
     def close(self) -> None:
         if self.proc.poll() is None:

@@ -144,3 +144,31 @@ def test_the_documented_job_configs_are_valid(name):
     path = Path(__file__).resolve().parents[3] / "docs" / "jobs" / f"{name}.yaml"
     job = TrainJob.from_yaml(path)
     assert job.team is not None or job.mix or job.task == "werewolf"
+
+
+def test_an_agent_server_that_exits_while_booting_is_reported_at_once_with_its_log_tail(tmp_path):
+    """Real `swarm serve` subprocesses (the team's default factory): the checker's run dir holds a saved
+    config the server refuses, so it exits during boot. The job fails as soon as it exits, naming the agent
+    and quoting the server's own error from its log (on the old code the message only pointed at the log),
+    long before the boot limit a server that hangs gets."""
+    import time
+
+    from engine.errors import SwarmError
+    from engine.jobs import SERVER_BOOT_TIMEOUT_S
+    from engine.teams.train import train_team
+
+    job = {
+        "task": "solve_check", "eval_size": 1, "max_tokens": 6, "swarm": SWARM,
+        "team": {"agents": {"solver": {"model": {"name": "tiny"}}, "checker": {"model": {"name": "tiny"}}}},
+    }
+    bad = tmp_path / "run" / "agents" / "checker"
+    bad.mkdir(parents=True)
+    (bad / "swarm_config.yaml").write_text("no_such_setting_xyz: 1\n")
+    start = time.monotonic()
+    with pytest.raises(SwarmError) as err:
+        train_team(TrainJob.model_validate(job), tmp_path / "run")
+    elapsed = time.monotonic() - start
+    msg = str(err.value)
+    assert "agent 'checker'" in msg and "exited with code 2" in msg and "no_such_setting_xyz" in msg
+    assert str(bad / "server.log") in msg
+    assert elapsed < SERVER_BOOT_TIMEOUT_S / 2  # it did not wait for the limit (boot on a loaded box: ~10-60 s)
