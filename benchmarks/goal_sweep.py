@@ -31,6 +31,12 @@ Compare with a finished campaign of the same goal (its report JSON; finished run
 
     ... --campaign-report reports/<campaign>/report.json
 
+Or with the sweep's committed JSON instead of its run dirs (a new checkout has none): `--from-json
+docs/benchmarks/<sweep>.json` takes each run's step-0 and final score from the JSON's `runs` and analyses
+them with the same code as a fresh sweep, after checking that the JSON's config is the one these arguments
+plan (goal, settings, budget, steps, arms, seeds, question and jobs; anything else is refused). Its outputs
+keep the sweep's command, runs, times and machine, and go to the JSON's own path unless `--out` is given.
+
 A campaign's answer matches the sweep's when both name the same value, or when the campaign cannot tell
 and neither can the sweep (its intervals include the tie).
 """
@@ -261,6 +267,82 @@ def observations(runs: list[PlannedRun], metric: str) -> list[RunObs]:
     ]
 
 
+def observations_from_rows(runs: list[PlannedRun], rows: list[dict[str, Any]], q: Question) -> list[RunObs]:
+    """The runs as `observations` reads them, from a committed sweep JSON's `runs` rows (in the plan's order,
+    as `run_rows` wrote them): each curve is its step-0 value and its final value, which is all that the
+    statistics `final` and `initial` read. `auc` needs the whole curve, which the JSON does not hold."""
+    if q.statistic not in ("final", "initial"):
+        raise ValueError(
+            f"the JSON holds each run's first and last value, not the curve {q.statistic!r} needs"
+        )
+    out = []
+    for i, (r, row) in enumerate(zip(runs, rows, strict=True), start=1):
+        series: tuple[tuple[int, float | None], ...] = ()
+        if "final" in row:  # a run without a score was written without one, and stays so
+            last = int(row["last_step"])
+            series = ((0, row["step0"]), (last, row["final"])) if last > 0 else ((0, row["final"]),)
+        obs = RunObs(i, 1, r.seed, r.x, r.level, r.label, "succeeded", series)
+        out.append(obs)
+    return out
+
+
+def sweep_config(
+    title: str,
+    text: str,
+    goal: Goal,
+    settings: list[str],
+    budget: ResearchBudget,
+    steps: int,
+    runs: list[PlannedRun],
+    q: Question,
+) -> dict[str, Any]:
+    """The sweep's `config` record: what was asked and the jobs that answer it."""
+    return {
+        "title": title,
+        "goal": text,
+        "variable": goal.factor.name,
+        "settings": settings,
+        "budget": budget.model_dump(mode="json"),
+        "steps": steps,
+        "grid": list(dict.fromkeys(r.x for r in runs)),  # in the plan's (grid) order
+        "levels": list(dict.fromkeys(r.level for r in runs)),
+        "seeds": sorted({r.seed for r in runs}),
+        "question": {**asdict(q), "level": q.level},
+        "criterion": goal.criterion.describe(goal.metric),
+        "jobs": {r.label: {k: v for k, v in r.job.items() if k != SEED_PATH} for r in runs},
+    }
+
+
+def config_mismatch(committed: dict[str, Any], planned: dict[str, Any]) -> list[str]:
+    """Keys of the config on which a committed sweep differs from the one planned now (the title is
+    presentation and left out). Jobs compare with the engine's current defaults filled in, as a reused run
+    dir's job does; everything else as its JSON."""
+
+    def norm(key: str, value: Any) -> Any:
+        if key == "jobs" and isinstance(value, dict):
+            return {label: _effective(job) for label, job in value.items()}
+        return json.loads(json.dumps(value, default=str))
+
+    keys = (set(committed) | set(planned)) - {"title"}
+    return sorted(k for k in keys if norm(k, committed.get(k)) != norm(k, planned.get(k)))
+
+
+def read_committed(path: Path, config: dict[str, Any], runs: list[PlannedRun]) -> dict[str, Any]:
+    """A committed sweep JSON whose config and runs are exactly those planned now; else ValueError saying
+    what differs."""
+    data = json.loads(path.read_text())
+    differ = config_mismatch(data.get("config", {}), config)
+    if differ:
+        raise ValueError(
+            f"{path} is a sweep of another config ({', '.join(differ)} differ from these arguments; "
+            f"it ran: {data.get('command')})"
+        )
+    ran = [(row.get("arm"), row.get("seed")) for row in data.get("runs", [])]
+    if ran != [(r.label, r.seed) for r in runs]:
+        raise ValueError(f"{path} holds other runs than the {len(runs)} planned (arm, seed) runs")
+    return data
+
+
 def sweep_question(goal: Goal, budget: ResearchBudget, base: dict[str, Any]) -> Question:
     """The campaign's question (criterion, alpha, min_seeds, eval noise floor) decided at a single look."""
     return replace(question_of(goal, budget, eval_items_of(base)), looks=1)
@@ -469,7 +551,7 @@ def agreement_md(cmp: dict[str, Any] | None, command: str) -> list[str]:
         return [
             "Not compared yet: run the campaign (`a3r research` with the same goal, --set settings and budget), "
             f"then rerun `{command}` with `--campaign-report reports/<campaign>/report.json` (finished runs are "
-            "reused).",
+            "reused; without the run dirs, add `--from-json` with this page's JSON and nothing reruns).",
         ]
     lines = [
         f"Campaign report `{cmp['report']}` answers:",
@@ -500,6 +582,14 @@ def write_md(path: Path, result: dict[str, Any]) -> None:
         result["command"],
         "```",
         "",
+        *(
+            [
+                f"Analysed again from the runs recorded in `{result['from_json']}` (no run dirs; nothing reran).",
+                "",
+            ]
+            if result.get("from_json")
+            else []
+        ),
         f"Machine: {m['processor'] or m['platform']}, {m['cpu_count']} CPUs, torch {m['torch']}, commit "
         f"`{m['git_commit'][:12]}`{' (dirty)' if m['git_dirty'] else ''}; load average "
         f"{m['loadavg_before'][0]:.2f} before, {m['loadavg_after'][0]:.2f} after. The runs took "
@@ -619,6 +709,10 @@ def print_plan(goal: Goal, q: Question, runs: list[PlannedRun]) -> None:
         )
 
 
+def out_default(preset: Preset | None) -> str:
+    return preset.out if preset else "docs/benchmarks/goal_sweep"
+
+
 def build_parser(preset: Preset | None) -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     if preset is None:
@@ -641,15 +735,23 @@ def build_parser(preset: Preset | None) -> argparse.ArgumentParser:
         metavar="KEY=VALUE[,KEY=VALUE]",
         help="ResearchBudget fields, as `a3r research --budget` (steps, grid_points, alpha, min_seeds matter here)",
     )
-    default_out = preset.out if preset else "docs/benchmarks/goal_sweep"
+    default_out = out_default(preset)
     default_runs = preset.runs if preset else "runs/goal_sweep"
-    ap.add_argument("--out", default=default_out, help="writes OUT.json, OUT.md and OUT.png")
+    ap.add_argument(
+        "--out",
+        help=f"writes OUT.json, OUT.md and OUT.png (default {default_out}; with --from-json, its path)",
+    )
     ap.add_argument("--runs", default=default_runs, help="run dirs go to RUNS/<arm>-seed<seed>/")
     ap.add_argument(
         "--dry-run", action="store_true", help="print the planned jobs, runs and CPU time; run nothing"
     )
     hint = preset.report_hint if preset else "reports/<campaign>/report.json"
     ap.add_argument("--campaign-report", type=Path, help=f"a campaign's report JSON to compare with ({hint})")
+    ap.add_argument(
+        "--from-json",
+        type=Path,
+        help="a committed sweep JSON of exactly these arguments: analyse its runs' scores, run nothing",
+    )
     return ap
 
 
@@ -668,19 +770,31 @@ def main(argv: list[str] | None = None, preset: Preset | None = None) -> None:
     steps = goal.steps or budget.steps  # as the leader's effective_budget
     q = sweep_question(goal, budget, base)
     runs = plan(goal, base, steps, list(dict.fromkeys(args.seeds)), Path(args.runs), budget)
+    title = f"{'Demo question' if preset else 'Goal'} by exhaustive sweep"
+    config = sweep_config(title, text, goal, settings, budget, steps, runs, q)
     print_plan(goal, q, runs)
     if args.dry_run:
         return
 
-    load_before = loadavg()
-    expected = expected_seconds(runs)
-    walls = []
-    for k, r in enumerate(runs, start=1):
-        print(f"[{k}/{len(runs)}] {r.label} seed {r.seed}: {'reused' if r.done else 'training'}", flush=True)
-        walls.append(execute(r))
+    if args.from_json:
+        try:
+            committed = read_committed(args.from_json, config, runs)
+            obs = observations_from_rows(runs, committed["runs"], q)
+        except (OSError, ValueError) as e:
+            raise SystemExit(f"goal_sweep: --from-json: {e}") from None
+        print(f"analysing the {len(runs)} runs recorded in {args.from_json}; nothing runs")
+    else:
+        load_before = loadavg()
+        expected = expected_seconds(runs)
+        walls = []
+        for k, r in enumerate(runs, start=1):
+            print(
+                f"[{k}/{len(runs)}] {r.label} seed {r.seed}: {'reused' if r.done else 'training'}", flush=True
+            )
+            walls.append(execute(r))
+        obs = observations(runs, q.metric)
 
-    obs = observations(runs, q.metric)
-    ev = analyse(q, obs)
+    ev = analyse(q, obs)  # the same analysis whether the runs were read from their dirs or from the JSON
     levels = [level_answer(le) for le in ev.levels]
     answer = {"text": ev.answer, "conclusive": ev.conclusive, "levels": levels}
     if len(levels) == 1:
@@ -689,35 +803,27 @@ def main(argv: list[str] | None = None, preset: Preset | None = None) -> None:
         campaign = compare_campaign(args.campaign_report, levels, text) if args.campaign_report else None
     except (OSError, ValueError) as e:
         raise SystemExit(f"goal_sweep: --campaign-report: {e}") from None
-    command = shlex.join([".venv/bin/python", script, *argv])
-    result = {
-        "benchmark": Path(script).stem,
-        "command": command,
-        "config": {
-            "title": f"{'Demo question' if preset else 'Goal'} by exhaustive sweep",
-            "goal": text,
-            "variable": goal.factor.name,
-            "settings": settings,
-            "budget": budget.model_dump(mode="json"),
-            "steps": steps,
-            "grid": list(dict.fromkeys(r.x for r in runs)),  # in the plan's (grid) order
-            "levels": list(dict.fromkeys(r.level for r in runs)),
-            "seeds": sorted({r.seed for r in runs}),
-            "question": {**asdict(q), "level": q.level},
-            "criterion": goal.criterion.describe(goal.metric),
-            "jobs": {r.label: {k: v for k, v in r.job.items() if k != SEED_PATH} for r in runs},
-        },
-        "runs": run_rows(runs, obs, q, walls),
+    analysis = {
         "arms": arm_rows(ev),
         "untrained": ev.untrained.as_dict() if ev.untrained else None,
         "criterion": criteria(ev),
         "answer": answer,
         "campaign": campaign,
-        "runs_wall_s": sum(w for w in walls if w is not None),
-        "expected_s": expected,
-        "machine": machine_record(load_before),
     }
-    out = Path(args.out)
+    if args.from_json:  # the runs, their times and machine are the committed sweep's; the analysis is new
+        result = {**committed, **analysis, "from_json": str(args.from_json)}
+    else:
+        result = {
+            "benchmark": Path(script).stem,
+            "command": shlex.join([".venv/bin/python", script, *argv]),
+            "config": config,
+            "runs": run_rows(runs, obs, q, walls),
+            **analysis,
+            "runs_wall_s": sum(w for w in walls if w is not None),
+            "expected_s": expected,
+            "machine": machine_record(load_before),
+        }
+    out = Path(args.out or (args.from_json.with_suffix("") if args.from_json else out_default(preset)))
     out.parent.mkdir(parents=True, exist_ok=True)
     Path(f"{out}.json").write_text(json.dumps(result, indent=2, default=str))
     write_md(Path(f"{out}.md"), result)
