@@ -5,7 +5,8 @@
          + steps * (sample_step + update_step           per training step, fixed
                     + (sample_token + update_token)     per episode-token: E = batch_size * group_size
                       * E * T)                          episodes of at most T = max_tokens reply tokens
-         + items * per_item                             held-out evaluation (step 0, every eval_every, the end)
+         + items * per_item                             held-out evaluation (step 0, every eval_every, the end;
+                                                        step 0 only where the run misses the step-0 cache)
          + writes * per_checkpoint                      checkpoint writes the job's policy makes (see below)
 
 A run is priced at its slot's thread count (`run_seconds(..., threads=)`): the constants of a run owning the
@@ -18,10 +19,18 @@ of the reference configuration and scales the model by the ratio (`scale`), so a
 dearer than the reference (a smaller batch, shorter replies) are still estimated in proportion. A run's
 measured breakdown maps term for term onto `RunCost` (`fit_run_cost`, which `run_cost.py` prints as the
 line to paste into `RUN_COST`), so a plan's ETA can be checked against the measured wall time.
+
+The step-0 evaluation is cached (`engine.training.eval_cache`, docs/engine.md "The step-0 evaluation cache"):
+a run whose key (`eval0_key`: model, held-out set, generation settings, threads) an earlier run already
+evaluated reuses that result and pays no step-0 evaluation. `schedule_runs` prices a stage that way: a run
+pays it when no run of its key was evaluated before the stage and none that started earlier in the stage
+had stored its entry (its start plus its step-0 evaluation) by the time this one starts; in practice the
+first round of runs on the slots, which start together, pays it once per slot, and the rest reuse it.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -34,12 +43,17 @@ __all__ = [
     "RUN_COST",
     "RUN_COST_THREADS",
     "RunCost",
+    "PricedRun",
+    "Schedule",
     "checkpoint_writes",
     "cost_of",
     "episode_tokens",
+    "eval0_key",
     "fit_run_cost",
+    "price_run",
     "run_seconds",
     "runs_within",
+    "schedule_runs",
     "schedule_seconds",
 ]
 
@@ -72,6 +86,15 @@ FINAL_WRITE_SHARE = 1.0 / 3.0
 # batch size or max_tokens would split it (its intercept), until then it is all per episode-token.
 SMOLLM2_UPDATE_STEP_S = 0.3
 
+# Held-out evaluation seconds per item of SmolLM2-135M, whole host and one thread per slot. Both were measured
+# before evaluations filled the server's decode batch (64 rows instead of the job's `concurrency`, 32 in the
+# default run: docs/benchmarks/run_startup.md, about 1.2x faster in a loaded, indicative measurement), so
+# they are likely high. Not refitted from loaded figures on purpose: refit them from a quiet
+# `benchmarks/run_cost.py --shape default --repeats 3` (its `eval_s` / items; the `per_item=` of the line it
+# prints) and replace these two numbers.
+SMOLLM2_EVAL_PER_ITEM_S = 0.1586
+SMOLLM2_1T_EVAL_PER_ITEM_S = 0.2926
+
 # All measured constants, one line per model. SmolLM2-135M: the median of three quiet one-slot runs of this
 # tree (shared update passes) in `benchmarks/run_cost.py --shape default --slots --main-commit c04b1a9
 # --repeats 3` (docs/benchmarks/run_cost_slots_vs_main.json, 2-core AMD EPYC container, torch 2.13 CPU, load
@@ -89,7 +112,7 @@ RUN_COST: dict[str, RunCost] = {
         sample_token=0.007272,
         update_step=0.2748,
         update_token=0.005142,
-        per_item=0.1586,
+        per_item=SMOLLM2_EVAL_PER_ITEM_S,
         per_checkpoint=2.402,
     ),
     "tiny": RunCost(
@@ -118,7 +141,7 @@ RUN_COST_THREADS: dict[tuple[str, int], RunCost] = {
         sample_token=0.011918,
         update_step=0.3768,
         update_token=0.009596,
-        per_item=0.2926,
+        per_item=SMOLLM2_1T_EVAL_PER_ITEM_S,
         per_checkpoint=2.156,
     ),
 }
@@ -222,11 +245,84 @@ def checkpoint_writes(
     return writes, ends_written
 
 
-def run_seconds(job: dict[str, Any], steps: int, threads: int | None = None) -> float | None:
+def eval0_key(job: dict[str, Any], threads: int | None = None) -> str | None:
+    """Pure: what decides whether two runs share a step-0 evaluation, from the job's side of the engine's key
+    (`engine.training.eval_cache.step0_key`: model, LoRA, inference and episode settings, task(s), held-out
+    size and seed, max_tokens, concurrency) and the slot's thread count; the machine, versions and code are
+    the same for every run of a campaign. None where the run never reuses one: no held-out set, the cache
+    turned off (`eval0_cache: false`), a team or a backend other than torch (the engine caches neither).
+    Fields a job leaves at the engine's default count as different from the same value written out, so a
+    run is at worst priced as a miss it would not be."""
+    swarm = job.get("swarm") or {}
+    if (
+        not int(job.get("eval_size") or 0)
+        or job.get("eval0_cache") is False
+        or swarm.get("collaboration")
+        or swarm.get("backend", "torch") != "torch"
+    ):
+        return None
+    parts = {k: swarm.get(k) for k in ("model", "lora", "inference", "episodes")}
+    parts |= {k: job.get(k) for k in ("task", "mix", "eval_size", "eval_seed", "max_tokens", "concurrency")}
+    return json.dumps([parts, threads], sort_keys=True, default=str)
+
+
+@dataclass(frozen=True)
+class PricedRun:
+    """One run as the cost model prices it: its wall seconds when it pays its step-0 evaluation
+    (`seconds`) and when it reuses it (`reused_s`), when its step-0 entry is stored after the run starts
+    (`stored_after_s`: start-up plus that evaluation), and its step-0 key (`eval0_key`; None: never reused)."""
+
+    seconds: float
+    reused_s: float
+    stored_after_s: float
+    key: str | None
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A stage's runs on the slots: its wall seconds, which runs pay the step-0 evaluation (in submission
+    order), and the step-0 keys evaluated once it is over (the next stage's `evaluated`)."""
+
+    wall_s: float
+    pays_eval0: list[bool]
+    evaluated: frozenset[str]
+
+
+def schedule_runs(runs: list[PricedRun], slots: int, evaluated: frozenset[str] = frozenset()) -> Schedule:
+    """Pure: `runs` on `slots` slots in submission order, each on the first slot to come free (as
+    `schedule_seconds`), each paying its step-0 evaluation unless its key is in `evaluated` (an earlier
+    stage measured it) or an earlier-started run of its key had stored its entry when this one starts."""
+    free = [0.0] * max(1, slots)
+    stored = dict.fromkeys(evaluated, 0.0)  # key -> when its entry exists
+    pays: list[bool] = []
+    for r in runs:
+        i = free.index(min(free))
+        t = free[i]
+        miss = r.key is None or stored.get(r.key, math.inf) > t
+        if miss and r.key is not None:
+            stored[r.key] = min(stored.get(r.key, math.inf), t + r.stored_after_s)
+        free[i] = t + (r.seconds if miss else r.reused_s)
+        pays.append(miss)
+    return Schedule(max(free), pays, frozenset(stored))
+
+
+def price_run(job: dict[str, Any], steps: int, threads: int | None = None) -> PricedRun | None:
+    """One run of `job` priced both ways (`run_seconds` with and without its step-0 evaluation), or None
+    without a prior for its model."""
+    cost = cost_of(str(get_dotted(job, "swarm.model.name", "")), threads)
+    paid, reused = run_seconds(job, steps, threads), run_seconds(job, steps, threads, eval0=False)
+    if cost is None or paid is None or reused is None:
+        return None
+    eval0_s = int(job.get("eval_size", 0)) * cost.per_item
+    return PricedRun(paid, reused, cost.start + eval0_s, eval0_key(job, threads))
+
+
+def run_seconds(job: dict[str, Any], steps: int, threads: int | None = None, eval0: bool = True) -> float | None:
     """Prior wall seconds of one run of `job` at `steps` steps (the job's own max_steps when it sets one:
     a goal may study the steps) in a slot of `threads` threads (None: the slot owns the host; `cost_of`),
-    or None without a prior for its model. Counts the evaluations (step 0, every eval_every, the end) and
-    the checkpoint writes the engine's rule makes (`checkpoint_writes`)."""
+    or None without a prior for its model. Counts the evaluations (step 0 unless `eval0` is False: the run
+    reuses a cached one, every eval_every, the end) and the checkpoint writes the engine's rule makes
+    (`checkpoint_writes`)."""
     cost = cost_of(str(get_dotted(job, "swarm.model.name", "")), threads)
     if cost is None:
         return None
@@ -235,11 +331,12 @@ def run_seconds(job: dict[str, Any], steps: int, threads: int | None = None) -> 
     eval_items = int(job.get("eval_size", 0))
     every = int(job.get("eval_every") or 0)
     mid_evals = [k for k in range(1, steps) if every and k % every == 0]
-    items = eval_items * (2 + len(mid_evals))
+    items = eval_items * (1 + int(eval0) + len(mid_evals))
     writes, ends_written = checkpoint_writes(
         steps,
         step_s,
-        {k: eval_items * cost.per_item for k in [0, *mid_evals]},
+        # a reused step-0 result takes no time on the checkpoint clock
+        {k: eval_items * cost.per_item for k in [0, *mid_evals] if k or eval0},
         int(get_dotted(job, "swarm.training.checkpoint_every", 1) or 0),
         float(get_dotted(job, "swarm.training.checkpoint_every_s", 0.0) or 0.0),
         # swarm train turns the final write off for a job that deletes its checkpoints (TrainJob.server_config)

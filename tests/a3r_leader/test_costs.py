@@ -1,6 +1,7 @@
 """The leader's cost model: its arithmetic against hand-computed values, term by term (start, per step and
-per episode-token, per held-out item, checkpoint writes under the engine's step and time rules), and the
-fit that turns a measured breakdown (`benchmarks/run_cost.py`) into its constants."""
+per episode-token, per held-out item, checkpoint writes under the engine's step and time rules), the
+step-0 evaluation only for the runs that find no cached one, and the fit that turns a measured breakdown
+(`benchmarks/run_cost.py`) into its constants."""
 
 from __future__ import annotations
 
@@ -14,13 +15,17 @@ from a3r.leader.blueprints import DEFAULT_BASE_JOB
 from a3r.leader.costs import (
     RUN_COST,
     RUN_COST_THREADS,
+    PricedRun,
     RunCost,
     checkpoint_writes,
     cost_of,
     episode_tokens,
+    eval0_key,
     fit_run_cost,
+    price_run,
     run_seconds,
     runs_within,
+    schedule_runs,
     schedule_seconds,
 )
 from a3r.leader.knobs import set_dotted
@@ -99,6 +104,68 @@ def test_run_seconds_by_term(cost):
     # twice the reply budget: the steps' per-token part doubles (8 s -> 16 s a step)
     longer = {**_job(checkpoint_every=0), "max_tokens": 50}
     assert run_seconds(longer, 20) == pytest.approx(15 + 20 * 17 + 21.76)
+
+
+def test_a_run_that_reuses_the_step_zero_evaluation_is_priced_without_it(cost):
+    """Without the step-0 evaluation: 64 items fewer (10.88 s), and its 10.88 s leave the checkpoint clock,
+    so A3R's 120 s rule writes at step 14 (126 s) instead of 13; still one write."""
+    base = 15 + 180 + 64 * 0.17  # one evaluation, the end's
+    assert run_seconds(_job(checkpoint_every=0), 20, eval0=False) == pytest.approx(base)
+    a3r = {**_job(checkpoint_every=1, checkpoint_every_s=120.0), "keep_final_checkpoint": False}
+    assert run_seconds(a3r, 20, eval0=False) == pytest.approx(base + 7.0)
+    # every 85 s the clock tells them apart: 10.88 + 81 = 91.88 s at step 9, then 90 s at 19 (two writes),
+    # against 90 s at step 10 and again at 20 = max_steps, which writes nothing here (one)
+    every85 = {**_job(checkpoint_every=1, checkpoint_every_s=85.0), "keep_final_checkpoint": False}
+    assert run_seconds(every85, 20) == pytest.approx(base + 64 * 0.17 + 2 * 7.0)
+    assert run_seconds(every85, 20, eval0=False) == pytest.approx(base + 7.0)
+    priced = price_run(a3r, 20)
+    assert priced == PricedRun(
+        seconds=pytest.approx(base + 64 * 0.17 + 7.0),
+        reused_s=pytest.approx(base + 7.0),
+        stored_after_s=pytest.approx(15 + 64 * 0.17),  # start-up, then the step-0 evaluation is stored
+        key=eval0_key(a3r),
+    )
+    assert price_run({"swarm": {"model": {"name": "some/hf-dir"}}}, 20) is None
+
+
+def test_the_step_zero_key_holds_what_decides_the_evaluation_and_nothing_else():
+    job = {**_job(), "task": "arithmetic", "lr": 1e-5, "seed": 0}
+    assert eval0_key(job) is not None
+    assert eval0_key({**job, "lr": 6e-5, "seed": 3}) == eval0_key(job)  # training settings do not matter
+    for other in ({"max_tokens": 50}, {"eval_size": 32}, {"eval_seed": 1}, {"task": "calculator"}, {"concurrency": 8}):
+        assert eval0_key({**job, **other}) != eval0_key(job), other
+    assert eval0_key(job, threads=1) != eval0_key(job, threads=2)
+    other_model = {**job, "swarm": {**job["swarm"], "model": {"name": "tiny"}}}
+    assert eval0_key(other_model) != eval0_key(job)
+    # never reused: no held-out set, the cache turned off, a team, another backend
+    assert eval0_key({**job, "eval_size": 0}) is None and eval0_key({**job, "eval0_cache": False}) is None
+    assert eval0_key({**job, "swarm": {**job["swarm"], "collaboration": {"roles": ["a", "b"]}}}) is None
+    assert eval0_key({**job, "swarm": {**job["swarm"], "backend": "vllm"}}) is None
+
+
+def test_only_the_runs_that_start_before_their_key_is_stored_pay_the_step_zero_evaluation():
+    """Runs of 100 s (80 s reusing), stored 30 s after they start, on 2 slots, in submission order."""
+
+    def run(key, seconds=100.0, reused=80.0, stored=30.0):
+        return PricedRun(seconds, reused, stored, key)
+
+    # a and a start together: both pay; the third a starts at 100 and reuses (180); b pays (100 + 100)
+    sched = schedule_runs([run("a"), run("a"), run("a"), run("b")], 2)
+    assert (sched.wall_s, sched.pays_eval0, sched.evaluated) == (200.0, [True, True, False, True], {"a", "b"})
+    # after a stage that evaluated a: only b pays (80 + 80 on slot 0, 80 + 100 on slot 1)
+    sched = schedule_runs([run("a"), run("a"), run("a"), run("b")], 2, frozenset({"a"}))
+    assert (sched.wall_s, sched.pays_eval0) == (180.0, [False, False, False, True])
+    # a run that starts after its key's entry is stored reuses it, though that run is not over yet: the
+    # second a starts at 40 (after a 40 s b), 10 s after the first a stored its entry at 30 ...
+    sched = schedule_runs([run("a"), run("b", 40.0, 40.0, 5.0), run("a")], 2)
+    assert (sched.wall_s, sched.pays_eval0) == (120.0, [True, True, False])
+    # ... and pays it when it starts at 20, before the entry exists (20 + 100)
+    sched = schedule_runs([run("a"), run("b", 20.0, 20.0, 5.0), run("a")], 2)
+    assert (sched.wall_s, sched.pays_eval0) == (120.0, [True, True, True])
+    # a run without a key always pays and leaves nothing for the others; one slot runs them in turn
+    sched = schedule_runs([run(None), run(None), run("a"), run("a")], 1)
+    assert (sched.wall_s, sched.pays_eval0, sched.evaluated) == (380.0, [True, True, True, False], {"a"})
+    assert schedule_runs([], 2).wall_s == 0.0
 
 
 def test_evaluations_count_on_the_checkpoint_clock(cost):
