@@ -96,9 +96,12 @@ def build_graph(ws: Workspace, policy: Policy) -> StateGraph:
     def slots() -> int:
         return max(1, ws.config.slots)
 
-    def stage_s(goal: Goal, design: StageDesign, base_job: dict[str, Any]) -> float | None:
-        """The cost model's prior for a stage on this workspace's slots, at their thread count."""
-        return stage_prior_s(goal, design, base_job, slots(), ws.config.slot_threads)
+    def stage_s(
+        goal: Goal, design: StageDesign, base_job: dict[str, Any], before: list[StageDesign]
+    ) -> float | None:
+        """The cost model's prior for a stage on this workspace's slots, at their thread count, after the
+        stages `before` it (whose step-0 evaluations its runs reuse)."""
+        return stage_prior_s(goal, design, base_job, slots(), ws.config.slot_threads, before)
 
     def records_of(state: LeaderState, goal: Goal) -> list[RunRecord]:
         calib = frozenset(s["index"] for s in state["stages"] if s["design"]["kind"] == "calibration")
@@ -126,12 +129,12 @@ def build_graph(ws: Workspace, policy: Policy) -> StateGraph:
         """Wall seconds the stage should take: the cost model's prior, scaled by how the finished stages'
         measured times compared with their priors (falls back to the mean measured run)."""
         cfg, goal, _b = ctx(state)
-        prior = stage_s(goal, design, cfg.base_job)
+        done_stages = [StageDesign.model_validate(st["design"]) for st in state["stages"]]
+        prior = stage_s(goal, design, cfg.base_job, done_stages)
         measured, expected = 0.0, 0.0
-        for st in state["stages"]:
-            done = StageDesign.model_validate(st["design"])
+        for i, done in enumerate(done_stages):
             walls = [r.wall_s for r in records if r.obs.stage == done.index and r.obs.state == RunState.SUCCEEDED]
-            p = stage_s(goal, done, cfg.base_job)
+            p = stage_s(goal, done, cfg.base_job, done_stages[:i])
             if walls and len(walls) == done.n_runs and p:
                 measured, expected = measured + schedule_seconds(walls, slots()), expected + p
         if prior is not None and expected > 0:
@@ -162,7 +165,7 @@ def build_graph(ws: Workspace, policy: Policy) -> StateGraph:
             design = policy.plan_stage(goal, budget, [], None)
         if design is None:
             raise ValueError("the policy planned no first stage; the goal needs at least one experiment")
-        eta_s = stage_s(goal, design, cfg.base_job)  # nothing measured yet: the cost model
+        eta_s = stage_s(goal, design, cfg.base_job, [])  # nothing measured yet: the cost model
         return {"pending": {"design": design.model_dump(mode="json"), "eta_s": eta_s}, "started_at": time.time()}
 
     def write_blueprints(state: LeaderState) -> dict[str, Any]:

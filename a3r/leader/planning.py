@@ -11,7 +11,9 @@ not fit, the plan shows the design the goal needs (the run limit lifted) and the
 
 The ETA comes from the measured cost model in `a3r.leader.costs`. A campaign re-estimates from its own
 calibration runs before the grid (the report shows estimated against actual); these priors only size the
-plan before anything ran, and say so. Models without a prior get none: the plan then shows no ETA.
+plan before anything ran, and say so. The stages are priced in order (`stage_schedules`): a run pays the
+step-0 evaluation only when no earlier stage, and no run that stored its entry before it started, evaluated
+its key (`a3r.leader.costs.schedule_runs`); the confirmation reruns arms the grid ran, so it reuses theirs. Models without a prior get none: the plan then shows no ETA.
 """
 
 from __future__ import annotations
@@ -21,14 +23,22 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from a3r.leader.calibration import answer_arms, calibration_stage
-from a3r.leader.costs import run_seconds, runs_within, schedule_seconds
+from a3r.leader.costs import PricedRun, Schedule, price_run, runs_within, schedule_runs, schedule_seconds
 from a3r.leader.design import BudgetError, ResearchBudget, StageDesign, first_stage
 from a3r.leader.goals import Goal
 from a3r.leader.knobs import get_dotted
 from a3r.leader.power import TARGET_POWER, power_at
 from a3r.report.data import question_of
 
-__all__ = ["PRIOR_EFFECT_SD", "CampaignPlan", "ConfirmationPlan", "plan_campaign", "stage_prior_s", "stage_runs_s"]
+__all__ = [
+    "PRIOR_EFFECT_SD",
+    "CampaignPlan",
+    "ConfirmationPlan",
+    "plan_campaign",
+    "stage_prior_s",
+    "stage_runs",
+    "stage_schedules",
+]
 
 # The effect the plan sizes the confirmation for, in seed sds, before the calibration measures the real
 # one: the committed SmolLM2 arithmetic calibration found an effect of 0.164 (half the reference gain)
@@ -45,7 +55,7 @@ class ConfirmationPlan:
     seeds: int  # fresh seeds per arm the plan counts: those for 80% power, capped by the runs left
     needed: int  # seeds per arm for 80% power against PRIOR_EFFECT_SD (at least min_seeds)
     power: float  # at `seeds` (0 below min_seeds: no label, no answer)
-    run_s: float | None  # prior seconds of one confirmation run (the reference configuration's)
+    run_s: float | None  # prior seconds of one confirmation run (the first comparison's mean, step-0 reused)
 
     @property
     def runs(self) -> int:
@@ -65,6 +75,7 @@ class CampaignPlan:
     shortfall: list[str] = field(default_factory=list)
     confirmation: ConfirmationPlan | None = None  # None without a confirmation stage
     threads: int | None = None  # threads per slot the runs are priced at (None: a slot owns the host)
+    stage_eval0: list[int | None] = field(default_factory=list)  # per stage: runs that pay the step-0 evaluation
 
     @property
     def runs(self) -> int:
@@ -150,8 +161,9 @@ class CampaignPlan:
                     "steps": s.steps,
                     "arms": [a.model_dump(mode="json") for a in s.arms],
                     "eta_s": e,
+                    "eval0_runs": p,  # runs priced with the step-0 evaluation (the rest reuse a cached one)
                 }
-                for s, e in zip(self.stages, self.stage_eta_s, strict=True)
+                for s, e, p in zip(self.stages, self.stage_eta_s, self.stage_eval0 or [None] * len(self.stages), strict=True)
             ],
             "power": self.power_line(),
             "eta_s": self.eta_s,
@@ -218,9 +230,11 @@ class CampaignPlan:
             f"Statistics: t intervals at {100 * q.level:.4g}% per decision (alpha {self.budget.alpha} over "
             f"{self.budget.looks} look(s)); no label below {self.budget.min_seeds} seeds per arm."
         )
-        for s, e in zip(self.stages, self.stage_eta_s, strict=True):
+        paying = self.stage_eval0 or [None] * len(self.stages)
+        for s, e, p in zip(self.stages, self.stage_eta_s, paying, strict=True):
             eta = f"about {e / 60:.1f} min" if e is not None else "no estimate"
-            lines.append(f"{s.purpose} [{s.n_runs} run(s), {eta}]")
+            eval0 = "" if p is None else f"; {p} pay(s) the step-0 evaluation, {s.n_runs - p} reuse it"
+            lines.append(f"{s.purpose} [{s.n_runs} run(s), {eta}{eval0}]")
             for a in s.arms:
                 lines.append(
                     f"    {a.x}{'' if a.level is None else f' @ {a.level}'}: seeds {a.seeds} ({a.why})"
@@ -229,8 +243,8 @@ class CampaignPlan:
         if self.eta_s is not None:
             lines.append(
                 f"ETA of these stages and the confirmation on {self._slots()}: about {self.eta_s / 60:.1f} min (prior estimate, "
-                "evaluations and checkpoints included; the grid is re-sized from the calibration's measured cost "
-                "and noise)."
+                "evaluations and checkpoints included; the step-0 evaluation only for the runs that find no cached "
+                "one, none in the confirmation; the grid is re-sized from the calibration's measured cost and noise)."
             )
         lines.append(self.verdict())
         return "\n".join(lines)
@@ -266,28 +280,48 @@ def plan_confirmation(
     return ConfirmationPlan(arms, seeds, needed, power(seeds), run_s)
 
 
-def stage_runs_s(
+def stage_runs(
     goal: Goal, design: StageDesign, base_job: dict[str, Any], threads: int | None = None
-) -> list[float] | None:
-    """Prior seconds of each of a stage's runs, in the order they are submitted (arm by arm, seed by seed),
-    at `threads` threads per slot (None without a prior)."""
+) -> list[PricedRun] | None:
+    """A stage's runs as the cost model prices them, in the order they are submitted (arm by arm, seed by
+    seed), at `threads` threads per slot (None without a prior)."""
     from a3r.leader.blueprints import train_job
 
-    per_arm = [
-        run_seconds(train_job(goal, a, design.steps, base_job), design.steps, threads) for a in design.arms
-    ]
+    per_arm = [price_run(train_job(goal, a, design.steps, base_job), design.steps, threads) for a in design.arms]
     if any(x is None for x in per_arm):
         return None
     return [x for x, a in zip(per_arm, design.arms, strict=True) for _seed in a.seeds]
 
 
+def stage_schedules(
+    goal: Goal, designs: list[StageDesign], base_job: dict[str, Any], slots: int = 1, threads: int | None = None
+) -> list[Schedule | None]:
+    """Each of `designs`, run one after another on `slots` slots, scheduled by the cost model: a stage
+    reuses the step-0 evaluations of the stages before it (`schedule_runs`). None for a stage without a
+    prior; the stages after it are priced as if it evaluated nothing."""
+    out: list[Schedule | None] = []
+    evaluated: frozenset[str] = frozenset()
+    for design in designs:
+        runs = stage_runs(goal, design, base_job, threads)
+        sched = None if runs is None else schedule_runs(runs, slots, evaluated)
+        evaluated = evaluated if sched is None else sched.evaluated
+        out.append(sched)
+    return out
+
+
 def stage_prior_s(
-    goal: Goal, design: StageDesign, base_job: dict[str, Any], slots: int = 1, threads: int | None = None
+    goal: Goal,
+    design: StageDesign,
+    base_job: dict[str, Any],
+    slots: int = 1,
+    threads: int | None = None,
+    before: list[StageDesign] | None = None,
 ) -> float | None:
     """Prior wall seconds of a stage from the cost model: its runs, priced at `threads` threads, scheduled
-    over `slots` slots (`schedule_seconds`); None without a prior."""
-    runs = stage_runs_s(goal, design, base_job, threads)
-    return None if runs is None else schedule_seconds(runs, slots)
+    over `slots` slots after the stages `before` it (whose step-0 evaluations it reuses); None without a
+    prior."""
+    sched = stage_schedules(goal, [*(before or []), design], base_job, slots, threads)[-1]
+    return None if sched is None else sched.wall_s
 
 
 def plan_campaign(
@@ -309,15 +343,25 @@ def plan_campaign(
         )
         lifted = budget.model_copy(update={"max_runs": sum(s.n_runs for s in stages) + e.needed})
         stages.append(first_stage(goal, lifted, prior=list(stages)))
-    runs_s = [stage_runs_s(goal, st, base_job, threads) for st in stages]
-    etas = [None if r is None else schedule_seconds(r, slots) for r in runs_s]
-    last = runs_s[-1]
+    scheds = stage_schedules(goal, stages, base_job, slots, threads)
+    etas = [None if sc is None else sc.wall_s for sc in scheds]
+    # the confirmation reruns arms of the first comparison: their step-0 evaluations are cached by then
+    last = [r.reused_s if r.key is not None else r.seconds for r in stage_runs(goal, stages[-1], base_job, threads) or []]
     model = str(get_dotted(base_job, "swarm.model.name", ""))
     if goal.fixed.get("swarm.model.name"):
         model = str(goal.fixed["swarm.model.name"])
     confirmation = plan_confirmation(goal, budget, stages, etas, slots, sum(last) / len(last) if last else None)
     plan = CampaignPlan(
-        goal, budget, model, stages, etas, slots, shortfall=shortfall, confirmation=confirmation, threads=threads
+        goal,
+        budget,
+        model,
+        stages,
+        etas,
+        slots,
+        shortfall=shortfall,
+        confirmation=confirmation,
+        threads=threads,
+        stage_eval0=[None if sc is None else sum(sc.pays_eval0) for sc in scheds],
     )
     needed: dict[str, Any] = {}
     if confirmation is not None and confirmation.seeds < budget.min_seeds:

@@ -12,23 +12,25 @@ from a3r.leader.cli_commands import add_leader_commands
 from a3r.leader.costs import RUN_COST, RUN_COST_THREADS, RunCost
 from a3r.leader.design import ResearchBudget
 from a3r.leader.goals import parse_goal
-from a3r.leader.planning import PRIOR_EFFECT_SD, plan_campaign
+from a3r.leader.planning import PRIOR_EFFECT_SD, plan_campaign, stage_prior_s
 from a3r.leader.power import power_at
 
 GOAL = "Which learning rate trains arithmetic best: 3e-6, 1.5e-5 or 6e-5?"
 
 
-def _smollm2_run_s(steps: int, c: RunCost | None = None) -> float:
-    """One run of the default job by hand: 4 tasks x 4 episodes of up to 32 tokens per step, 64 held-out
-    items at step 0 and at the end, a checkpoint at the first step ending 120 s (CHECKPOINT_EVERY_S) after
-    the last (the server's clock runs through the step-0 evaluation), none at the end (the job deletes them).
-    At the constants `c` (default: a run owning the host)."""
+def _smollm2_run_s(steps: int, c: RunCost | None = None, eval0: bool = True, tokens: int = 32) -> float:
+    """One run of the default job by hand: 4 tasks x 4 episodes of up to `tokens` tokens per step, 64 held-out
+    items at step 0 (unless `eval0` is False: the run reuses a cached one) and at the end, a checkpoint at
+    the first step ending 120 s (CHECKPOINT_EVERY_S) after the last (the server's clock runs through the
+    step-0 evaluation), none at the end (the job deletes them). At the constants `c` (default: a run owning
+    the host)."""
     c = c or RUN_COST["smollm2-135m"]
-    step_s = c.sample_step + c.update_step + (c.sample_token + c.update_token) * 16 * 32
+    step_s = c.sample_step + c.update_step + (c.sample_token + c.update_token) * 16 * tokens
     eval_s = 64 * c.per_item
-    first = math.ceil((CHECKPOINT_EVERY_S - eval_s) / step_s)
+    eval0_s = eval_s if eval0 else 0.0
+    first = math.ceil((CHECKPOINT_EVERY_S - eval0_s) / step_s)
     writes = 0 if first > steps - 1 else 1 + (steps - 1 - first) // math.ceil(CHECKPOINT_EVERY_S / step_s)
-    return c.start + steps * step_s + 2 * eval_s + writes * c.per_checkpoint
+    return c.start + steps * step_s + eval0_s + eval_s + writes * c.per_checkpoint
 
 
 def test_a_budget_whose_runs_cannot_hold_the_first_comparison_says_what_would():
@@ -64,37 +66,75 @@ def test_the_confirmation_is_counted_and_the_plan_states_its_power():
 
 def test_a_wall_budget_the_cost_model_says_is_too_short_gets_the_one_that_holds_it():
     goal = parse_goal(GOAL)
-    run_s = _smollm2_run_s(20)  # every arm of this goal costs the same
+    # every arm of this goal costs the same and shares one step-0 evaluation (the learning rate is not in
+    # its key): on one slot the first calibration run pays it, every later run reuses it
+    first, run_s = _smollm2_run_s(20), _smollm2_run_s(20, eval0=False)
+    assert first - run_s > 64 * RUN_COST["smollm2-135m"].per_item - 1e-9  # and its checkpoint clock shifts
     full = plan_campaign(goal, ResearchBudget(), DEFAULT_BASE_JOB)
-    assert math.isclose(full.eta_s, 42 * run_s, rel_tol=1e-9)  # 9 first runs + 33 confirmation runs
+    assert full.stage_eval0 == [1, 0]
+    assert math.isclose(full.eta_s, first + 41 * run_s, rel_tol=1e-9)  # 9 first runs + 33 confirmation runs
     # too short for the first stages and a 3-seed confirmation: cannot answer, and the wall that holds them
-    short = plan_campaign(goal, ResearchBudget(total_wall_s=18 * run_s - 60), DEFAULT_BASE_JOB)
-    assert not short.can_answer and short.needed == {"total_wall_s": math.ceil(18 * run_s / 60) * 60}
+    short = plan_campaign(goal, ResearchBudget(total_wall_s=first + 17 * run_s - 60), DEFAULT_BASE_JOB)
+    assert not short.can_answer and short.needed == {"total_wall_s": math.ceil((first + 17 * run_s) / 60) * 60}
     # enough for 5 seeds per arm: the campaign would cap its confirmation there, and the plan says so
-    capped = plan_campaign(goal, ResearchBudget(total_wall_s=24 * run_s + 60), DEFAULT_BASE_JOB)
+    capped = plan_campaign(goal, ResearchBudget(total_wall_s=first + 23 * run_s + 60), DEFAULT_BASE_JOB)
     assert capped.can_answer and capped.needed == {} and capped.confirmation.seeds == 5
-    assert f"--budget total_wall_s={math.ceil(42 * run_s / 60) * 60})" in capped.power_line()
+    assert f"--budget total_wall_s={math.ceil((first + 41 * run_s) / 60) * 60})" in capped.power_line()
     assert capped.verdict().startswith("The budget can answer: the calibration, the first comparison and the confirmation")
 
 
 def test_two_one_thread_slots_price_runs_at_one_thread_and_schedule_them_in_rounds():
     """A3R's default on a 2-core host: 2 slots of 1 thread. Each run costs the 1-thread constants (about
     1.7x a 2-thread run), and a stage takes whole rounds of 2 runs: the calibration's 3 runs take 2 runs'
-    time, the grid's 6 take 3, the confirmation's 33 take 17 (not 42 / 2 = 21 runs' time in all)."""
+    time, the grid's 6 take 3, the confirmation's 33 take 17 (not 42 / 2 = 21 runs' time in all). The
+    calibration's first two runs start together, so both pay the step-0 evaluation; its third and every
+    later run reuse it."""
     goal = parse_goal(GOAL)
-    one = _smollm2_run_s(20, RUN_COST_THREADS[("smollm2-135m", 1)])
-    assert one > 1.5 * _smollm2_run_s(20)
+    paid = _smollm2_run_s(20, RUN_COST_THREADS[("smollm2-135m", 1)])
+    one = _smollm2_run_s(20, RUN_COST_THREADS[("smollm2-135m", 1)], eval0=False)
+    assert one > 1.5 * _smollm2_run_s(20, eval0=False)
     plan = plan_campaign(goal, ResearchBudget(), DEFAULT_BASE_JOB, slots=2, threads=1)
     assert [s.n_runs for s in plan.stages] == [3, 6] and plan.confirmation.runs == 33
-    assert all(math.isclose(e, k * one, rel_tol=1e-12) for e, k in zip(plan.stage_eta_s, (2, 3), strict=True))
+    assert plan.stage_eval0 == [2, 0]
+    assert math.isclose(plan.stage_eta_s[0], paid + one, rel_tol=1e-12)  # slot 0: paid, then reused
+    assert math.isclose(plan.stage_eta_s[1], 3 * one, rel_tol=1e-12)
     assert math.isclose(plan.confirmation.run_s, one, rel_tol=1e-12)
-    assert math.isclose(plan.eta_s, (2 + 3 + 17) * one, rel_tol=1e-9)
-    assert "on 2 slot(s) of 1 thread(s) each" in plan.render()
+    assert math.isclose(plan.eta_s, paid + (1 + 3 + 17) * one, rel_tol=1e-9)
+    text = plan.render()
+    assert "on 2 slot(s) of 1 thread(s) each" in text
+    assert "[3 run(s), about " in text and "; 2 pay(s) the step-0 evaluation, 1 reuse it]" in text
+    assert "; 0 pay(s) the step-0 evaluation, 6 reuse it]" in text
+    assert "the step-0 evaluation only for the runs that find no cached one, none in the confirmation" in text
+    assert [s["eval0_runs"] for s in plan.as_json()["stages"]] == [2, 0]
     # a wall budget of the first stages and 6 more rounds holds 12 confirmation runs: 4 seeds per arm
     capped = plan_campaign(
-        goal, ResearchBudget(total_wall_s=(5 + 6) * one + 30), DEFAULT_BASE_JOB, slots=2, threads=1
+        goal, ResearchBudget(total_wall_s=paid + (4 + 6) * one + 30), DEFAULT_BASE_JOB, slots=2, threads=1
     )
     assert capped.confirmation.seeds == 4 and capped.can_answer
+
+
+def test_a_stage_reuses_the_step_zero_evaluations_of_the_stages_before_it():
+    """The leader's ETA of a stage (`stage_prior_s`, as the graph asks it) knows what ran before: the
+    learning-rate grid's 6 runs on 2 one-thread slots take 3 reusing runs after the calibration, and
+    without it the first round pays (2 x 3 runs per slot, the first of each paying)."""
+    goal = parse_goal(GOAL)
+    c1 = RUN_COST_THREADS[("smollm2-135m", 1)]
+    paid, one = _smollm2_run_s(20, c1), _smollm2_run_s(20, c1, eval0=False)
+    calib, grid = plan_campaign(goal, ResearchBudget(), DEFAULT_BASE_JOB, slots=2, threads=1).stages
+    assert math.isclose(stage_prior_s(goal, grid, DEFAULT_BASE_JOB, 2, 1, [calib]), 3 * one, rel_tol=1e-12)
+    assert math.isclose(stage_prior_s(goal, grid, DEFAULT_BASE_JOB, 2, 1), paid + 2 * one, rel_tol=1e-12)
+
+
+def test_arms_that_change_the_step_zero_key_pay_it_in_their_first_round():
+    """max_tokens is in the step-0 key: the calibration (16 tokens) and the grid's new arm (64) each pay it
+    on both slots in their first round, and their third run reuses it."""
+    goal = parse_goal("compare max_tokens 16 with 64 on arithmetic")
+    c1 = RUN_COST_THREADS[("smollm2-135m", 1)]
+    plan = plan_campaign(goal, ResearchBudget(), DEFAULT_BASE_JOB, slots=2, threads=1)
+    assert [[a.x for a in s.arms] for s in plan.stages] == [[16], [64]] and plan.stage_eval0 == [2, 2]
+    for eta, tokens in zip(plan.stage_eta_s, (16, 64), strict=True):
+        by_hand = _smollm2_run_s(20, c1, tokens=tokens) + _smollm2_run_s(20, c1, eval0=False, tokens=tokens)
+        assert math.isclose(eta, by_hand, rel_tol=1e-12), tokens
 
 
 def test_checkpoints_and_evaluations_are_in_the_estimate():
