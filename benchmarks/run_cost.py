@@ -258,8 +258,11 @@ def summarize(run: dict[str, Any]) -> dict[str, Any]:
         k: (sum(s[k] for s in server) if server and all(s.get(k) is not None for s in server) else None)
         for k in SERVER_SPLIT
     }
-    # priced at the run's thread count: a 2x1 run at the 1-thread constants, a 1x2 run at the whole host's
-    eta = run_seconds(run["job"], int(run["job"]["swarm"]["training"]["max_steps"]), run.get("threads"))
+    # priced at the run's thread count: a 2x1 run at the 1-thread constants, a 1x2 run at the whole host's;
+    # a run that reused a cached step-0 evaluation (one evaluation recorded, not two) without it
+    reused_eval0 = len(run["eval_items"]) == 1
+    eta = run_seconds(run["job"], int(run["job"]["swarm"]["training"]["max_steps"]), run.get("threads"),
+                      eval0=not reused_eval0)
     return {
         **terms,
         **split,
@@ -267,6 +270,7 @@ def summarize(run: dict[str, Any]) -> dict[str, Any]:
         "per_step_s": (terms["sample_s"] + terms["step_wait_s"]) / steps,
         "per_eval_item_s": terms["eval_s"] / max(1, sum(run["eval_items"])),
         "runs_per_hour": 3600.0 / run["wall_s"],
+        "eval0_reused": reused_eval0,
         "eta_s": eta,
         "eta_over_wall": eta / run["wall_s"] if eta is not None else None,
     }
