@@ -16,7 +16,12 @@ unless the goal asks to refine (`Goal.refine`); a sweep is written as one ("1 to
 64", "between 1e-6 and 1e-4", or "[1e-6, 1e-4]", the closed interval of mathematics). Levels written in
 another knob's unit are converted and said aloud ("16 episodes per batch" at group size 4 is batch size 4).
 A secondary factor ("..., and whether max response length changes that") becomes a second variable that
-is crossed with the first, and the question is answered at each of its levels.
+is crossed with the first, and the question is answered at each of its levels; so does a second variable
+given two or more levels in the sentence ("best lr (1e-6 to 1e-4) at 8 and 32 training steps"). Numbers
+belong to the variable they are written with: those right before a variable's name or unit ("8 and 32
+training steps") are its levels, not the previous variable's. Numbers it cannot attribute (a unit that
+names no variable, "100 and 200 episodes"; a range and a separate set for one variable; levels for a third
+variable) are refused by name, never guessed.
 
 The parser is a set of regular expressions over a normalised sentence (typing slips read through by
 `a3r.leader.goal_help`), not a language model: it answers exactly these shapes and says so. A goal it
@@ -223,6 +228,15 @@ def _numbers(s: str) -> list[float]:
 def _levels(segment: str) -> tuple[str, Any] | None:
     """A range ("range", (lo, hi)), a set ("set", [..]) or a single value ("single", x) in a segment."""
     s = _without_other_numbers(segment)
+    ranged = _BETWEEN.search(s) or _INTERVAL.search(s) or _SPAN.search(s)
+    listed = _LIST.search(s)
+    if ranged and listed and (listed.end() <= ranged.start() or ranged.end() <= listed.start()):
+        raise GoalParseError(
+            f"it gives one variable both a range ({ranged.group(0).strip()}) and a set of values "
+            f"({listed.group(0).strip()}) and cannot tell which is meant; write one, or name the variable "
+            "each belongs to",
+            {},
+        )
     if m := _BETWEEN.search(s) or _INTERVAL.search(s):
         return "range", (float(m.group(1)), float(m.group(2)))
     if m := _LIST.search(s):  # named values are exactly those values: "1, 2 and 4", "{1e-5, 1e-4}"
@@ -234,15 +248,29 @@ def _levels(segment: str) -> tuple[str, Any] | None:
     return None
 
 
+# numbers written just before a variable's name are its levels: "at 8 and 32 training steps"
+_BEFORE = re.compile(rf"(?:{_SPAN.pattern}|{_LIST.pattern}|{_FREE}{_N}{_END})\s*$")
+
+
+def _before(text: str, start: int) -> int:
+    """Where the numbers written right before the mention at `start` begin (`start` if there are none)."""
+    m = _BEFORE.search(text[:start])
+    return m.start() if m else start
+
+
 def _segments(text: str, mentions: list[tuple[int, int, Knob]]) -> list[tuple[Knob, str]]:
-    """Each knob mention with the text that follows it up to the next mention; a numeric knob's text runs
-    over choice mentions, which take no numbers ("lr for the calculator task, from 3e-6 to 1e-4")."""
+    """Each knob mention with its text: the numbers written right before it ("8 and 32 training steps"),
+    then the text that follows it up to the numbers of the next mention, or the next mention. A numeric
+    knob's text runs over choice mentions, which take no numbers ("lr for the calculator task, from 3e-6
+    to 1e-4")."""
     out = []
-    for i, (_s, e, k) in enumerate(mentions):
+    for i, (s, e, k) in enumerate(mentions):
         later = mentions[i + 1 :]
         if k.kind != "choice":
             later = [m for m in later if m[2].kind != "choice"]
-        out.append((k, text[e : later[0][0] if later else len(text)]))
+        lead = text[_before(text, s) : s] if k.kind != "choice" else ""
+        end = max(e, _before(text, later[0][0])) if later else len(text)
+        out.append((k, lead + " " + text[e:end]))
     return out
 
 
@@ -323,8 +351,11 @@ def _studied_factor(
     understood["variable"] = knob.name
     segs = _segments(main, mentions)
     # the range may follow any mention of the variable ("smallest batch size ... (batch size 1 to 64)")
-    levels = next((lv for k, seg in segs if k.key == knob.key and (lv := _levels(seg))), None)
-    levels = levels or _levels(main[: primary[0]])
+    try:
+        levels = next((lv for k, seg in segs if k.key == knob.key and (lv := _levels(seg))), None)
+        levels = levels or _levels(main[: primary[0]])
+    except GoalParseError as e:  # say which variable got both a range and a set
+        raise GoalParseError(e.problem.replace("one variable", knob.name, 1), understood) from None
     if levels is not None and levels[0] == "set" and (m := _LEADING.search(main[: primary[0]])):
         levels = ("set", list(dict.fromkeys([float(m.group(1)), *levels[1]])))
     phrase = main[primary[0] : primary[1]]
@@ -471,6 +502,58 @@ def _secondary(clause: str | None, factor: Factor, understood: dict, assumptions
     return secondary
 
 
+def _crossed(
+    main: str, mentions: list, factor: Factor, secondary: Factor | None, understood: dict, assumptions: list[str]
+) -> Factor | None:
+    """A second numeric variable given two or more levels in the main clause ("best lr (1e-6 to 1e-4) at 8
+    and 32 training steps"): crossed with the studied one as the secondary variable, said aloud. Levels for
+    a third variable are refused, never dropped."""
+    others = {}
+    for knob, seg in _segments(main, mentions):
+        if knob.kind != "choice" and knob.key != factor.key and (lv := _levels(seg)) and lv[0] != "single":
+            others.setdefault(knob.key, (knob, lv))
+    if not others:
+        return None
+    named = [f"{k.name} ({_g_levels(lv)})" for k, lv in others.values()]
+    if len(others) > 1 or secondary is not None:
+        if secondary is not None:
+            named.insert(0, secondary.describe())
+        raise GoalParseError(
+            f"it gives levels to more than one variable besides {factor.name} ({', '.join(named)}); "
+            "a goal studies one variable and at most one second factor",
+            understood,
+        )
+    knob, lv = next(iter(others.values()))
+    crossed = _factor(knob, lv, [], "secondary", understood, assumptions)
+    understood["secondary"] = crossed.describe()
+    assumptions.append(f"{crossed.describe()} is a second factor: the question is answered at each of its levels")
+    return crossed
+
+
+def _g_levels(levels: tuple[str, Any]) -> str:
+    kind, raw = levels
+    return " to ".join(_g(x) for x in raw) if kind == "range" else ", ".join(_g(x) for x in raw)
+
+
+# numbers in a unit that is no variable ("with 100 and 200 episodes"): whose levels they are is unknown
+_UNIT = re.compile(
+    rf"(?:{_LIST.pattern}|{_SPAN.pattern})\s+(?:total\s+)?(episodes?|rollouts?|samples?|completions?|generations?|"
+    r"prompts?|questions?|tasks?|epochs?|iterations?|tokens?|steps?)\b"
+)
+
+
+def _refuse_unattributed(main: str, mentions: list, understood: dict) -> None:
+    """Refuse two or more numbers written in a unit that names no variable, rather than give them to one."""
+    masked = _masked(main, mentions)
+    if m := _UNIT.search(_without_other_numbers(masked)):
+        raise GoalParseError(
+            f"'{m.group(0).strip()}' gives values in {m.group(m.lastindex)!r}, which names no variable it "
+            "knows, so it cannot tell which variable they belong to; name it (e.g. 'episodes per batch', "
+            "'training steps', 'max tokens')",
+            understood,
+        )
+
+
 def _fixed(
     main: str, mentions: list, values: list[_Value], studied: set[str], understood: dict
 ) -> dict[str, Any]:
@@ -570,6 +653,7 @@ def _parse(text: str) -> Goal:
     main, clause = _split_secondary(norm, cue, primary[2].key if primary else None)
     main_mentions = [m for m in mentions if m[1] <= len(main)]
     main_values = [v for v in values if v.end <= len(main)]
+    _refuse_unattributed(main, main_mentions, understood)
     if shape == "compare":
         factor = _compare_factor(main, main_mentions, main_values, understood, assumptions)
         if len(factor.values or []) >= 3:  # which of three or more is best: analysed (and so named) as best
@@ -581,6 +665,7 @@ def _parse(text: str) -> Goal:
     else:
         factor = _studied_factor(main, primary, main_mentions, main_values, understood, assumptions)
     secondary = _secondary(clause, factor, understood, assumptions)
+    secondary = _crossed(main, main_mentions, factor, secondary, understood, assumptions) or secondary
     studied = {factor.key} | ({secondary.key} if secondary else set())
     fixed = _fixed(main, main_mentions, values, studied, understood)
     if fixed:

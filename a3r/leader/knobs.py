@@ -259,6 +259,7 @@ KNOBS: tuple[Knob, ...] = (
             "max length",
             "response budget",
             "maxtokens",
+            "tokens",  # a unit after numbers: "with 16 and 64 tokens" are levels of max tokens
             "max token",
         ),
     ),
@@ -596,6 +597,7 @@ KNOBS: tuple[Knob, ...] = (
             "max steps",
             "step count",
             "training iterations",
+            "steps",  # a unit after numbers: "at 8 and 32 steps" are levels of the training steps
         ),
     ),
     Knob(
@@ -680,7 +682,8 @@ def _alias_patterns() -> list[tuple[re.Pattern[str], Knob]]:
     # longest alias first, so "max response length" wins over "response length" and "lora rank" over "rank"
     pairs = [(a, k) for k in KNOBS for a in k.aliases]
     pairs.sort(key=lambda p: -len(p[0]))
-    return [(phrase_pattern(a), k) for a, k in pairs]
+    # a plural names the knob too: "at batch sizes 4 and 8", "learning rates 1e-5 and 1e-4"
+    return [(re.compile(phrase_pattern(a).pattern.replace(r"(?![\w-])", r"s?(?![\w-])")), k) for a, k in pairs]
 
 
 _PATTERNS = _alias_patterns()

@@ -6,7 +6,7 @@ import pytest
 
 from a3r.analysis import RunObs, analyse
 from a3r.leader.calibration import calibration_stage
-from a3r.leader.design import BudgetError, ResearchBudget, between, first_stage, grid, next_stage
+from a3r.leader.design import BudgetError, ResearchBudget, arm_steps, between, first_stage, grid, next_stage
 from a3r.leader.goals import Factor, parse_goal
 from a3r.report import answer_evidence, question_of
 
@@ -352,3 +352,13 @@ def test_stage_lines_name_each_runs_own_steps_when_the_steps_are_studied():
     other = parse_goal("find the smallest batch size that still trains arithmetic (2 to 8)")
     assert "20 steps each" in calibration_stage(other, budget).purpose
     assert first_stage(other, budget).purpose.endswith(", 20 steps per run.")
+
+
+def test_step_counts_written_after_a_range_are_the_second_factor_each_run_trains():
+    """A goal giving the learning rate a range and "8 and 32 training steps" plans learning rates inside the
+    range, each at exactly 8 and 32 steps (it was read as learning rates 8 and 32, the range dropped)."""
+    goal = parse_goal("best learning rate for arithmetic (1e-6 to 1e-4) at 8 and 32 training steps")
+    s1 = first_stage(goal, ResearchBudget())
+    assert all(1e-6 <= a.x <= 1e-4 for a in s1.arms) and len({a.x for a in s1.arms}) >= 2
+    assert {a.level for a in s1.arms} == {8, 32}
+    assert {arm_steps(goal, a.x, a.level, s1.steps) for a in s1.arms} == {8, 32}

@@ -267,6 +267,32 @@ ROWS += [
     Row('Whcih temperature is best for arithmetic: 0.6, 0.8 or 1.0?', 'best', 'temperature', [0.6, 0.8, 1.0], 'arithmetic'),
     Row('effect of the tempreature on countdown', 'effect', 'temperature', (0.5, 1.5), 'countdown'),
 ]
+
+# A primary variable's range or values with a second knob's values: numbers written before a unit ("8 and 32
+# training steps", "16 and 64 max tokens") belong to that knob, which is crossed as the second factor, and a
+# range in parentheses after the variable's name is its range. The first was read as lr in {8, 32}.
+ROWS += [
+    Row('best learning rate for arithmetic (1e-6 to 1e-4) at 8 and 32 training steps', 'best', LR, (1e-06, 0.0001), 'arithmetic', secondary=(STEPS, [8, 32])),
+    Row('best learning rate for arithmetic (1e-6 to 1e-4) at 8 or 32 training steps', 'best', LR, (1e-06, 0.0001), 'arithmetic', secondary=(STEPS, [8, 32])),
+    Row('best lr for countdown between 1e-6 and 1e-4 at 8 and 32 steps', 'best', LR, (1e-06, 0.0001), 'countdown', secondary=(STEPS, [8, 32])),
+    Row('which batch size trains best (2, 4 or 8) with 16 and 64 max tokens', 'best', BS, [2, 4, 8], 'arithmetic', secondary=('max_tokens', [16, 64])),
+    Row('best batch size for calculator: 2, 4 or 8, at 16 and 64 max tokens', 'best', BS, [2, 4, 8], 'calculator', secondary=('max_tokens', [16, 64])),
+    Row('minimum steps (1-8) at lr 3e-6 and 3e-5', 'minimum', STEPS, (1, 8), 'arithmetic', secondary=(LR, [3e-06, 3e-05])),
+    Row('smallest group size (2 to 16) for countdown at 10 and 40 training steps', 'minimum', GS, (2, 16), 'countdown', secondary=(STEPS, [10, 40])),
+    Row('best lr (1e-6 to 1e-4) for countdown with batch size 4 and 8', 'best', LR, (1e-06, 0.0001), 'countdown', secondary=(BS, [4, 8])),
+    Row('best temperature for countdown (0.5 to 1.5) at max tokens 32 and 64', 'best', 'temperature', (0.5, 1.5), 'countdown', secondary=('max_tokens', [32, 64])),
+    Row('which lr is best for arithmetic, 1e-5, 3e-5 or 1e-4, at 16 and 64 tokens', 'best', LR, [1e-05, 3e-05, 0.0001], 'arithmetic', secondary=('max_tokens', [16, 64])),
+    Row('best lr for countdown (1e-6 to 1e-4) at 20 training steps', 'best', LR, (1e-06, 0.0001), 'countdown', steps=20),
+    Row('which group size is best for countdown: 2, 4 or 8, at batch sizes 4 and 16', 'best', GS, [2, 4, 8], 'countdown', secondary=(BS, [4, 16])),
+    Row('effect of group size (2 to 16) on calculator at lr 1e-5 and 1e-4', 'effect', GS, (2, 16), 'calculator', secondary=(LR, [1e-05, 0.0001])),
+    Row('smallest max tokens (16 to 128) for countdown at temperature 0.6 and 1.0', 'minimum', 'max_tokens', (16, 128), 'countdown', secondary=('temperature', [0.6, 1.0])),
+    Row('how many training steps does arithmetic need (5 to 40) at batch sizes 4 and 16', 'minimum', STEPS, (5, 40), 'arithmetic', secondary=(BS, [4, 16])),
+    Row('best kl coef for countdown in {0, 0.01, 0.1} with group sizes 4 and 8', 'best', KL, [0.0, 0.01, 0.1], 'countdown', secondary=(GS, [4, 8])),
+    Row('compare lr 1e-5 with 1e-4 at 10 and 40 training steps on countdown', 'compare', LR, [1e-05, 0.0001], 'countdown', secondary=(STEPS, [10, 40])),
+    Row('best lr for countdown between 1e-6 and 1e-4 with batch size 4 to 16', 'best', LR, (1e-06, 0.0001), 'countdown', secondary=(BS, (4, 16))),
+    Row('best lr for calculator: 1e-5, 3e-5 or 1e-4, at 8 and 32 training steps with group size 8', 'best', LR, [1e-05, 3e-05, 0.0001], 'calculator', secondary=(STEPS, [8, 32]), fixed={GS: 8}),
+    Row('Which learning rate (1e-5, 3e-5 or 1e-4) trains countdown fastest at 16 and 32 max tokens?', 'best', LR, [1e-05, 3e-05, 0.0001], 'countdown', secondary=('max_tokens', [16, 32]), statistic='auc'),
+]
 # fmt: on
 
 
@@ -393,6 +419,33 @@ def test_a_refusal_names_what_it_did_not_understand_and_the_closest_forms_that_w
     assert len(e.closest) == 3 and "Closest forms that work:\n  - " + e.closest[0] in str(e)
     for form in e.closest:  # the forms it offers are ones it reads
         parse_goal(form)
+
+
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        # numbers in a unit that names no variable: whose levels they are is unknown, so never a guess
+        ("best lr for arithmetic (1e-6 to 1e-4) with 100 and 200 episodes", "'100 and 200 episodes' gives values in 'episodes'"),
+        ("which temperature is best for countdown (0.5 to 1.5) with 50 or 100 rollouts", "'50 or 100 rollouts' gives values in 'rollouts'"),
+        # one variable given a range and a separate set
+        ("best lr for countdown (1e-6 to 1e-4) in {1e-5, 3e-5}", "both a range (1e-6 to 1e-4) and a set of values (1e-5, 3e-5)"),
+        # levels for two variables besides the studied one: none is dropped
+        (
+            "best lr for arithmetic (1e-6 to 1e-4) at batch size 4 and 8 and 10 and 20 training steps",
+            "it gives levels to more than one variable besides learning rate (batch size (4, 8), training steps (10, 20))",
+        ),
+        (
+            "best lr for arithmetic (1e-6 to 1e-4) at 8 and 32 training steps, and whether group size changes that",
+            "more than one variable besides learning rate (group size from 2 to 16, training steps (8, 32))",
+        ),
+        # no question asked: refused, not read as some shape
+        ("lr from 1e-5 to 1e-4 at batch sizes 4 and 8", "it asks no recognised question"),
+    ],
+)
+def test_numbers_it_cannot_attribute_are_refused_by_name(text, problem):
+    with pytest.raises(GoalParseError) as info:
+        parse_goal(text)
+    assert problem in str(info.value)
 
 
 def test_closest_forms_keep_the_variable_and_task_it_did_understand():
