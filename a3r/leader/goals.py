@@ -258,19 +258,43 @@ def _before(text: str, start: int) -> int:
     return m.start() if m else start
 
 
+# knob names that are also units: after numbers they take no more ("in 20 steps: 1e-5, 3e-5 or 1e-4")
+_UNITS = ("steps", "tokens")
+
+
+def _unit_span(text: str, mention: tuple[int, int, Knob]) -> tuple[int, int] | None:
+    """The span of numbers-and-unit ("20 steps") when the mention is a bare unit written after numbers."""
+    s, e, _k = mention
+    b = _before(text, s)
+    return (b, e) if b < s and text[s:e] in _UNITS else None
+
+
 def _segments(text: str, mentions: list[tuple[int, int, Knob]]) -> list[tuple[Knob, str]]:
     """Each knob mention with its text: the numbers written right before it ("8 and 32 training steps"),
-    then the text that follows it up to the numbers of the next mention, or the next mention. A numeric
-    knob's text runs over choice mentions, which take no numbers ("lr for the calculator task, from 3e-6
-    to 1e-4")."""
+    then the text that follows it up to the numbers of the next mention, or the next mention. A bare unit
+    after numbers ("in 20 steps") takes only those numbers, and the text before it runs on past them. A
+    numeric knob's text runs over choice mentions, which take no numbers ("lr for the calculator task,
+    from 3e-6 to 1e-4")."""
     out = []
     for i, (s, e, k) in enumerate(mentions):
+        if k.kind != "choice" and (unit := _unit_span(text, mentions[i])):
+            out.append((k, text[unit[0] : s]))
+            continue
         later = mentions[i + 1 :]
         if k.kind != "choice":
             later = [m for m in later if m[2].kind != "choice"]
+        cuts = []
+        for m in later:
+            if k.kind == "choice" or (span := _unit_span(text, m)) is None:
+                break
+            cuts.append(span)
+        nxt = later[len(cuts)] if len(cuts) < len(later) else None
+        end = max(e, _before(text, nxt[0])) if nxt else len(text)
+        body, last = "", e
+        for a, b in cuts:
+            body, last = body + text[last:a] + " ", b
         lead = text[_before(text, s) : s] if k.kind != "choice" else ""
-        end = max(e, _before(text, later[0][0])) if later else len(text)
-        out.append((k, lead + " " + text[e:end]))
+        out.append((k, lead + " " + body + text[last:end]))
     return out
 
 
@@ -502,8 +526,29 @@ def _secondary(clause: str | None, factor: Factor, understood: dict, assumptions
     return secondary
 
 
+def _refuse_two_sided(main: str, mentions: list, studied_key: str, understood: dict) -> None:
+    """Refuse numbers on both sides of a variable the goal does not study ("with 32 max tokens between 1e-6
+    and 1e-4"): which side is its value and which the studied variable's, the sentence does not say."""
+    for (s, e, k), (_k, seg) in zip(mentions, _segments(main, mentions), strict=True):
+        lead = main[_before(main, s) : s]
+        if not lead or k.kind == "choice" or k.key == studied_key or main[s:e] in _UNITS:
+            continue
+        if (lv := _levels(seg[len(lead) :])) is not None:  # the segment is lead, a space, then the rest
+            more = _g(lv[1]) if lv[0] == "single" else _g_levels(lv)
+            raise GoalParseError(
+                f"'{lead.strip()} {main[s:e]}' is followed by more numbers ({more}), and it cannot tell which "
+                f"belong to {k.name}; write {k.name} once with its values",
+                understood,
+            )
+
+
 def _crossed(
-    main: str, mentions: list, factor: Factor, secondary: Factor | None, understood: dict, assumptions: list[str]
+    main: str,
+    mentions: list,
+    factor: Factor,
+    secondary: Factor | None,
+    understood: dict,
+    assumptions: list[str],
 ) -> Factor | None:
     """A second numeric variable given two or more levels in the main clause ("best lr (1e-6 to 1e-4) at 8
     and 32 training steps"): crossed with the studied one as the secondary variable, said aloud. Levels for
@@ -526,7 +571,9 @@ def _crossed(
     knob, lv = next(iter(others.values()))
     crossed = _factor(knob, lv, [], "secondary", understood, assumptions)
     understood["secondary"] = crossed.describe()
-    assumptions.append(f"{crossed.describe()} is a second factor: the question is answered at each of its levels")
+    assumptions.append(
+        f"{crossed.describe()} is a second factor: the question is answered at each of its levels"
+    )
     return crossed
 
 
@@ -665,6 +712,7 @@ def _parse(text: str) -> Goal:
     else:
         factor = _studied_factor(main, primary, main_mentions, main_values, understood, assumptions)
     secondary = _secondary(clause, factor, understood, assumptions)
+    _refuse_two_sided(main, main_mentions, factor.key, understood)
     secondary = _crossed(main, main_mentions, factor, secondary, understood, assumptions) or secondary
     studied = {factor.key} | ({secondary.key} if secondary else set())
     fixed = _fixed(main, main_mentions, values, studied, understood)

@@ -683,7 +683,9 @@ def _alias_patterns() -> list[tuple[re.Pattern[str], Knob]]:
     pairs = [(a, k) for k in KNOBS for a in k.aliases]
     pairs.sort(key=lambda p: -len(p[0]))
     # a plural names the knob too: "at batch sizes 4 and 8", "learning rates 1e-5 and 1e-4"
-    return [(re.compile(phrase_pattern(a).pattern.replace(r"(?![\w-])", r"s?(?![\w-])")), k) for a, k in pairs]
+    return [
+        (re.compile(phrase_pattern(a).pattern.replace(r"(?![\w-])", r"s?(?![\w-])")), k) for a, k in pairs
+    ]
 
 
 _PATTERNS = _alias_patterns()

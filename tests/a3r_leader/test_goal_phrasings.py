@@ -291,6 +291,10 @@ ROWS += [
     Row('compare lr 1e-5 with 1e-4 at 10 and 40 training steps on countdown', 'compare', LR, [1e-05, 0.0001], 'countdown', secondary=(STEPS, [10, 40])),
     Row('best lr for countdown between 1e-6 and 1e-4 with batch size 4 to 16', 'best', LR, (1e-06, 0.0001), 'countdown', secondary=(BS, (4, 16))),
     Row('best lr for calculator: 1e-5, 3e-5 or 1e-4, at 8 and 32 training steps with group size 8', 'best', LR, [1e-05, 3e-05, 0.0001], 'calculator', secondary=(STEPS, [8, 32]), fixed={GS: 8}),
+    # a bare unit after numbers takes only those numbers: the values after it are the studied variable's
+    Row('best lr for arithmetic in 20 steps: 1e-5, 3e-5 or 1e-4', 'best', LR, [1e-05, 3e-05, 0.0001], 'arithmetic', steps=20),
+    Row('which batch size is best for countdown with 32 tokens: 4, 8 or 16', 'best', BS, [4, 8, 16], 'countdown', fixed={'max_tokens': 32}),
+    Row('best lr for countdown at 8 and 32 steps: 1e-5 or 1e-4', 'best', LR, [1e-05, 0.0001], 'countdown', secondary=(STEPS, [8, 32])),
     Row('Which learning rate (1e-5, 3e-5 or 1e-4) trains countdown fastest at 16 and 32 max tokens?', 'best', LR, [1e-05, 3e-05, 0.0001], 'countdown', secondary=('max_tokens', [16, 32]), statistic='auc'),
 ]
 # fmt: on
@@ -438,6 +442,9 @@ def test_a_refusal_names_what_it_did_not_understand_and_the_closest_forms_that_w
             "best lr for arithmetic (1e-6 to 1e-4) at 8 and 32 training steps, and whether group size changes that",
             "more than one variable besides learning rate (group size from 2 to 16, training steps (8, 32))",
         ),
+        # numbers on both sides of a variable the goal does not study: whose they are is not said
+        ("best lr for countdown with 32 max tokens between 1e-6 and 1e-4", "'32 max tokens' is followed by more numbers (1e-06 to 0.0001)"),
+        ("best lr for countdown with 32 max tokens, 1e-5 or 1e-4", "'32 max tokens' is followed by more numbers (1e-05, 0.0001)"),
         # no question asked: refused, not read as some shape
         ("lr from 1e-5 to 1e-4 at batch sizes 4 and 8", "it asks no recognised question"),
     ],
