@@ -155,8 +155,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--smoke", action="store_true", help="tiny model, 6 items, one repeat (tests)")
     p.add_argument("--out", type=Path, help="write the result JSON here")
     args = p.parse_args(argv)
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ[var] = str(args.threads)
+    # The child processes (interpreters, servers) inherit the slot's thread settings from this environment;
+    # restored afterwards, so a caller in the same process (a test worker) does not keep them.
+    saved = {var: os.environ.get(var) for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    os.environ.update({var: str(args.threads) for var in saved})
+    try:
+        return _run(args, argv)
+    finally:
+        for var, value in saved.items():
+            if value is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = value
+
+
+def _run(args: argparse.Namespace, argv: list[str] | None) -> dict[str, Any]:
     from benchmarks.common import fmt_spread, loadavg, machine_record
     from engine.tasks import get_task
     from engine.tasks.base import split_items

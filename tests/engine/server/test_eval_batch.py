@@ -25,7 +25,9 @@ def test_eval_concurrency_fills_the_batch_within_the_items():
 
 
 def test_evaluation_is_batched_past_the_job_concurrency(tmp_path):
-    job = TrainJob.model_validate(tiny_train_job(eval_size=24, max_tokens=6, concurrency=2))
+    # Replies of 64 tokens keep each request decoding for 64 passes, long enough for the other requests to
+    # arrive even when a loaded machine delays them; with 6 tokens they could finish one by one.
+    job = TrainJob.model_validate(tiny_train_job(eval_size=24, max_tokens=64, concurrency=2))
     _, held = split_items(get_task(job.task), 4, job.eval_size, job.seed, job.eval_seed)
     server = ServerProcess(tmp_path, log_path=tmp_path / "server.log")
     try:
