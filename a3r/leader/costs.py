@@ -86,14 +86,14 @@ FINAL_WRITE_SHARE = 1.0 / 3.0
 # batch size or max_tokens would split it (its intercept), until then it is all per episode-token.
 SMOLLM2_UPDATE_STEP_S = 0.3
 
-# Held-out evaluation seconds per item of SmolLM2-135M, whole host and one thread per slot. Both were measured
-# before evaluations filled the server's decode batch (64 rows instead of the job's `concurrency`, 32 in the
-# default run: docs/benchmarks/run_startup.md, about 1.2x faster in a loaded, indicative measurement), so
-# they are likely high. Not refitted from loaded figures on purpose: refit them from a quiet
-# `benchmarks/run_cost.py --shape default --repeats 3` (its `eval_s` / items; the `per_item=` of the line it
-# prints) and replace these two numbers.
+# Held-out evaluation seconds per item of SmolLM2-135M, whole host and one thread per slot. The 1-thread one
+# is refitted (below, RUN_COST_THREADS) from the quiet measurement after evaluations filled the server's
+# decode batch (64 rows instead of the job's `concurrency` of 32: docs/benchmarks/run_startup.md): 0.2926 s
+# per item before, 0.1495 after. The whole-host one was measured before that change and is likely high: no
+# quiet one-slot run of this tree has been measured since; refit it from the `per_item=` of the line
+# `python benchmarks/run_cost.py --shape default --repeats 3` prints.
 SMOLLM2_EVAL_PER_ITEM_S = 0.1586
-SMOLLM2_1T_EVAL_PER_ITEM_S = 0.2926
+SMOLLM2_1T_EVAL_PER_ITEM_S = 0.1495
 
 # All measured constants, one line per model. SmolLM2-135M: the median of three quiet one-slot runs of this
 # tree (shared update passes) in `benchmarks/run_cost.py --shape default --slots --main-commit c04b1a9
@@ -128,21 +128,22 @@ RUN_COST: dict[str, RunCost] = {
 
 
 # Runs of one thread each, measured two at a time on the 2-core host (A3R's default there: one 1-thread slot
-# per core, `a3r.config.local_slots`). SmolLM2-135M: `fit_run_cost` of the mean of the two runs of the median
-# 2x1 round (repeat 2: 285.1 and 289.6 s, round wall 289.6 s) of the same command and JSON as RUN_COST's entry;
-# the optimizer's 0.377 s per step is its measured `train_optimizer_s` / 20. Each run takes 1.7x a 2-thread
-# run (283.8 s against 166.7 s by the two entries for the default run), but two run at once. Checked out of
-# sample against repeats 0 and 1: a stage of two runs on two 1-thread slots is priced 283.8 s, against
-# 260.0 and 295.3 s measured (ETA/wall 1.09 and 0.96; tests/a3r_leader/test_costs.py reads the JSON).
+# per core, `a3r.config.local_host`). SmolLM2-135M: `fit_run_cost` of the mean of the two runs of the median
+# 2x1 round (repeat 2: 199.6 and 202.9 s, round wall 202.9 s) of `benchmarks/run_cost.py --shape default
+# --slots --main-commit c04b1a9 --layouts 2x1 --repeats 3` (docs/benchmarks/run_cost_slots_vs_main_2.json,
+# 2026-12-02 13:24-13:47, quiet, load 1.2-5.2: the runs' own servers and clients). Both runs of that round
+# reused the cached step-0 evaluation (64 items evaluated each, not 128); the optimizer's 0.295 s per step is
+# its measured `train_optimizer_s` / 20. Checked out of sample against repeat 1 (warm, 202.4 s) and repeat 0
+# (cold: both runs evaluated step 0, 214.6 s); tests/a3r_leader/test_costs.py reads the JSON.
 RUN_COST_THREADS: dict[tuple[str, int], RunCost] = {
     ("smollm2-135m", 1): RunCost(
-        start=16.39,
+        start=7.632,
         sample_step=0.0,
-        sample_token=0.011918,
-        update_step=0.3768,
-        update_token=0.009596,
+        sample_token=0.009567,
+        update_step=0.2952,
+        update_token=0.007227,
         per_item=SMOLLM2_1T_EVAL_PER_ITEM_S,
-        per_checkpoint=2.156,
+        per_checkpoint=3.306,
     ),
 }
 

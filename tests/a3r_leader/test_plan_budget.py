@@ -84,15 +84,16 @@ def test_a_wall_budget_the_cost_model_says_is_too_short_gets_the_one_that_holds_
 
 
 def test_two_one_thread_slots_price_runs_at_one_thread_and_schedule_them_in_rounds():
-    """A3R's default on a 2-core host: 2 slots of 1 thread. Each run costs the 1-thread constants (about
-    1.7x a 2-thread run), and a stage takes whole rounds of 2 runs: the calibration's 3 runs take 2 runs'
+    """A3R's default on a 2-core host: 2 slots of 1 thread. Each run costs the 1-thread constants (more than
+    a 2-thread run: 1.27x by the two entries since the 1-thread one was refitted after this session's
+    speed-ups, 1.7x before), and a stage takes whole rounds of 2 runs: the calibration's 3 runs take 2 runs'
     time, the grid's 6 take 3, the confirmation's 33 take 17 (not 42 / 2 = 21 runs' time in all). The
     calibration's first two runs start together, so both pay the step-0 evaluation; its third and every
     later run reuse it."""
     goal = parse_goal(GOAL)
     paid = _smollm2_run_s(20, RUN_COST_THREADS[("smollm2-135m", 1)])
     one = _smollm2_run_s(20, RUN_COST_THREADS[("smollm2-135m", 1)], eval0=False)
-    assert one > 1.5 * _smollm2_run_s(20, eval0=False)
+    assert one > _smollm2_run_s(20, eval0=False)
     plan = plan_campaign(goal, ResearchBudget(), DEFAULT_BASE_JOB, slots=2, threads=1)
     assert [s.n_runs for s in plan.stages] == [3, 6] and plan.confirmation.runs == 33
     assert plan.stage_eval0 == [2, 0]
