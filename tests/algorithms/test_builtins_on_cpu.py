@@ -86,3 +86,18 @@ print("ok")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+def test_the_lazy_table_names_exactly_what_the_torch_modules_export():
+    """`engine.algorithms` lists its torch names by hand (importing the modules to read them would load
+    torch); each must be one its module exports, and every name the package exports must resolve."""
+    import importlib
+
+    import engine.algorithms as algorithms
+
+    for module in set(algorithms._LAZY.values()):
+        exported = set(getattr(importlib.import_module(module), "__all__", ()))
+        listed = {n for n, m in algorithms._LAZY.items() if m == module}
+        assert listed <= exported | {"GroupIds"}, (module, listed - exported)
+    for name in algorithms.__all__:
+        assert getattr(algorithms, name) is not None, name
