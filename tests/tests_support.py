@@ -479,3 +479,16 @@ def tiny_vibe_job(root, batch: int, group: int):
     job = VibeJob.model_validate(job.model_dump() | {"swarm": swarm})
     (root / "vibe.yaml").write_text(job.to_yaml())
     return job
+
+
+def run_campaign_and_close(ws, policy, config, timeout_s: float) -> dict:
+    """`a3r.leader.run_campaign` to its end, then the workspace's monitor, workers and store shut down
+    whatever happened (a failed campaign must not leave tmux sessions behind for the next test)."""
+    from a3r.leader import run_campaign
+
+    try:
+        return run_campaign(ws, policy, config, timeout_s=timeout_s)
+    finally:
+        ws.stop_monitor()
+        ws.shutdown()
+        ws.close()

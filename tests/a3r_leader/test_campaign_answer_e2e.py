@@ -15,10 +15,11 @@ import json
 import os
 
 import pytest
+from tests_support import run_campaign_and_close
 
 from a3r.api import Workspace
 from a3r.config import HostSpec, SchedulerConfig, WorkspaceConfig
-from a3r.leader import LeaderConfig, OfflinePolicy, ResearchBudget, run_campaign
+from a3r.leader import LeaderConfig, OfflinePolicy, ResearchBudget
 
 
 @pytest.mark.slow
@@ -52,12 +53,7 @@ def test_a_smollm2_campaign_names_the_learning_rate_that_trains(tmp_path):
         reports_dir=str(tmp_path / "reports"),
         poll_s=0.5,
     )
-    try:
-        state = run_campaign(ws, OfflinePolicy(), config, timeout_s=2600)
-    finally:
-        ws.stop_monitor()
-        ws.shutdown()
-        ws.close()
+    state = run_campaign_and_close(ws, OfflinePolicy(), config, timeout_s=2600)
 
     assert state["status"] == "done"
     assert [s["design"]["kind"] for s in state["stages"]] == ["calibration", "grid"]

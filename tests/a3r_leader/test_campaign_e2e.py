@@ -14,6 +14,7 @@ import sys
 import time
 
 import pytest
+from tests_support import run_campaign_and_close
 
 from a3r.api import Workspace
 from a3r.config import HostSpec, SchedulerConfig, WorkspaceConfig
@@ -24,7 +25,6 @@ from a3r.leader import (
     StageDesign,
     checkpoint_path,
     resume_campaign,
-    run_campaign,
 )
 from a3r.states import RunState
 
@@ -150,12 +150,7 @@ def test_no_repilot_when_the_steps_are_studied(tmp_path):
         "What is the minimum number of training steps that still trains arithmetic: 1 or 2?",
         ResearchBudget(max_runs=8, seeds=2, max_seeds=4, steps=4, pilot_seeds=2),
     )
-    try:
-        state = run_campaign(ws, OfflinePolicy(), config, timeout_s=600)
-    finally:
-        ws.stop_monitor()
-        ws.shutdown()
-        ws.close()
+    state = run_campaign_and_close(ws, OfflinePolicy(), config, timeout_s=600)
     assert state["status"] == "done"
     designs = [StageDesign.model_validate(s["design"]) for s in state["stages"]]
     assert [(d.kind, [a.x for a in d.arms]) for d in designs] == [("calibration", [2])]
