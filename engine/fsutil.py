@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["atomic_write_text", "fsync_dir", "log_tail"]
+__all__ = ["atomic_write_text", "fsync_dir", "log_tail", "swarm_cache_home"]
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -39,3 +39,13 @@ def log_tail(path: Path, n: int = 4000) -> str:
         return Path(path).read_bytes()[-n:].decode(errors="replace")
     except OSError:
         return "(no log)"
+
+
+def swarm_cache_home() -> Path:
+    """The swarm cache (converted models, step-0 evaluations): `$SWARM_CACHE_DIR`, else
+    `${XDG_CACHE_HOME:-~/.cache}/swarm`."""
+    env = os.environ.get("SWARM_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "swarm"

@@ -20,6 +20,8 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from engine.fsutil import swarm_cache_home
+
 try:  # POSIX only; elsewhere the atomic rename alone keeps the cache consistent.
     import fcntl
 except ImportError:  # pragma: no cover - Windows
@@ -27,13 +29,8 @@ except ImportError:  # pragma: no cover - Windows
 
 
 def cache_root() -> Path:
-    """Root of converted models: `$SWARM_CACHE_DIR/models`, else `${XDG_CACHE_HOME:-~/.cache}/swarm/models`."""
-    env = os.environ.get("SWARM_CACHE_DIR")
-    if env:
-        return Path(env).expanduser() / "models"
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "swarm" / "models"
+    """Root of converted models: `models/` in the swarm cache (`engine.fsutil.swarm_cache_home`)."""
+    return swarm_cache_home() / "models"
 
 
 @contextlib.contextmanager

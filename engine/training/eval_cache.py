@@ -36,7 +36,7 @@ from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 
-from engine.fsutil import fsync_dir
+from engine.fsutil import fsync_dir, swarm_cache_home
 
 ENV = "SWARM_EVAL0_CACHE"
 FORMAT = 1  # bump when an entry's layout changes
@@ -46,14 +46,11 @@ ENGINE_ROOT = Path(__file__).resolve().parents[1]
 
 def cache_dir() -> Path | None:
     """Where entries live: `$SWARM_EVAL0_CACHE`, else `eval0/` in the swarm cache that also holds the
-    converted models (`engine.models.cache.cache_root`'s parent, whose import would load torch into the
-    job process); None when turned off."""
+    converted models (`engine.fsutil.swarm_cache_home`); None when turned off."""
     env = os.environ.get(ENV)
     if env:
         return None if env.strip().lower() == "off" else Path(env).expanduser()
-    if os.environ.get("SWARM_CACHE_DIR"):
-        return Path(os.environ["SWARM_CACHE_DIR"]).expanduser() / "eval0"
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "swarm" / "eval0"
+    return swarm_cache_home() / "eval0"
 
 
 def engine_code_hash(root: Path = ENGINE_ROOT) -> str:
