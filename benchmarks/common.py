@@ -5,7 +5,8 @@ settings, the load before and after, and the commit. A speed ratio is reported o
 its median and spread (min, max), never from one run.
 
 Also the small helpers several scripts shared as copies: CPU seconds of a process, an OpenAI client
-wrapper that counts calls and finish reasons, and one timed run of an inference engine's workload.
+wrapper that counts calls and finish reasons, one timed run of an inference engine's workload, and child
+runs in slots of a few threads each, several at once, as A3R runs them on a CPU host (`run_in_slots`).
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ import asyncio
 import json
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -163,3 +166,106 @@ def write_report(out: str | Path, result: dict[str, Any], page: Callable[[dict[s
     if plot is not None:
         plot(result, out.with_suffix(".png"))
     return text
+
+
+# -- child runs in slots, as A3R runs them on a CPU host --------------------------------------------------
+def slot_env(threads: int | None, pythonpath: Path | None = None) -> dict[str, str]:
+    """This process's environment for a child run in a slot of `threads` CPU threads, set exactly as an A3R
+    slot sets them (`a3r.config.SlotSpec.job_env`: OMP_NUM_THREADS / MKL_NUM_THREADS; None leaves the
+    libraries' default, all cores). A3R_METRICS_FILE is dropped: a benchmark run inside an A3R run must not
+    write its children's metrics into the enclosing run's file."""
+    from a3r.config import SlotSpec
+
+    env = {k: v for k, v in os.environ.items() if k != "A3R_METRICS_FILE"}
+    if pythonpath is not None:
+        env["PYTHONPATH"] = str(pythonpath)
+    env.update(SlotSpec(name="bench", threads=threads).job_env())
+    return env
+
+
+def host_slots(slots: int | None = None) -> tuple[int, int | None]:
+    """(slots, threads per slot) of the host A3R gives a new campaign here (`a3r.config.local_host`): by
+    default one 1-thread slot per core on a CPU host, one all-cores slot on a GPU host; `slots` = N: N slots
+    of cores // N threads."""
+    from a3r.config import local_host
+
+    host = local_host(slots)
+    return len(host.slots), host.slots[0].threads
+
+
+@dataclass(frozen=True)
+class SlotJob:
+    """One child process to run in a slot: its name in progress lines, its command and its log file (stdout
+    and stderr together: files, not pipes, so a chatty child never blocks on a full pipe)."""
+
+    name: str
+    argv: list[str]
+    log: Path
+
+
+@dataclass(frozen=True)
+class SlotResult:
+    job: SlotJob
+    returncode: int
+    wall_s: float  # spawn to exit
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+    def log_tail(self, chars: int = 2000) -> str:
+        """The end of the child's log (where a failing child's message is)."""
+        try:
+            return self.job.log.read_text(errors="replace")[-chars:].strip()
+        except OSError:
+            return ""
+
+
+def run_in_slots(
+    jobs: list[SlotJob],
+    slots: int,
+    threads: int | None,
+    *,
+    cwd: Path = REPO,
+    pythonpath: Path | None = REPO,
+    poll_s: float = 0.2,
+    say: Callable[[str], None] = lambda line: print(line, flush=True),
+) -> list[SlotResult]:
+    """Run `jobs` as child processes, at most `slots` at once, each with `threads` CPU threads
+    (`slot_env`), started in order as slots come free (A3R's FIFO dispatch, which
+    `a3r.leader.costs.schedule_seconds` prices). A failing child does not stop the others; results come
+    back in the jobs' order. `say` gets a line when each starts and ends."""
+    env = slot_env(threads, pythonpath)
+    todo = list(enumerate(jobs))
+    running: dict[int, tuple[subprocess.Popen, float, Any]] = {}
+    results: dict[int, SlotResult] = {}
+    try:
+        while todo or running:
+            while todo and len(running) < max(1, slots):
+                i, job = todo.pop(0)
+                job.log.parent.mkdir(parents=True, exist_ok=True)
+                log = job.log.open("w")
+                # its own session, so that an interrupted sweep can end the child and the server it started
+                proc = subprocess.Popen(
+                    job.argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                )
+                running[i] = (proc, time.perf_counter(), log)
+                say(f"started {job.name} ({threads or 'all'} thread(s); {len(running)} running, {len(todo)} waiting)")
+            for i, (proc, t0, log) in list(running.items()):
+                if proc.poll() is None:
+                    continue
+                log.close()
+                del running[i]
+                results[i] = SlotResult(jobs[i], proc.returncode, time.perf_counter() - t0)
+                left = len(todo) + len(running)
+                state = "finished" if proc.returncode == 0 else f"FAILED (exit {proc.returncode})"
+                say(f"{state} {jobs[i].name} in {results[i].wall_s:.0f} s; {left} left")
+            if running:
+                time.sleep(poll_s)
+    finally:  # interrupted (Ctrl-C): no child outlives the parent
+        for proc, _t0, log in running.values():
+            with suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            log.close()
+    return [results[i] for i in range(len(jobs))]

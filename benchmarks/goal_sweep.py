@@ -4,7 +4,7 @@
 fresh seeds) within a budget. This script answers the same question without stages: it runs every value
 the campaign's first grid would test (`a3r.leader.design.grid(goal.factor, budget.grid_points)`: a named
 set exactly as named, a range at `grid_points` values; crossed with the secondary variable's levels when
-the goal has one) with every seed, sequentially, and decides once on all the runs with the project's own
+the goal has one) with every seed, and decides once on all the runs with the project's own
 analysis (`a3r.analysis.analyse`, the campaign's `Question` at one look). Minimum/maximum, best, compare
 and effect goals all go through the same code; what differs is read off the analysis per level.
 
@@ -18,14 +18,28 @@ does unless its exploration shows pairing narrows the intervals.
 What it does not do: refine. A campaign over a range may add values between the grid's; the sweep only
 knows the grid, and its comparison says so when the campaign's answer is a value the sweep did not run.
 
-Each run lives in `<runs>/<arm>-seed<seed>/` (the engine's `metrics.jsonl`, `summary.json`, and this
-script's `sweep_run.json`: the job it ran and its wall time). A run whose `summary.json` exists is reused,
-after checking it ran the job planned now; an unfinished run dir is cleared and run again, so an
-interrupted sweep resumes by running the same command. `--dry-run` prints the arms, the jobs, the runs and
-the CPU time the leader's cost model (`a3r.leader.costs.run_seconds`) expects, and runs nothing.
+Runs go several at once, as A3R runs them on a CPU host: `--slots N` runs at most N at a time, each in a
+child process (`goal_sweep.py --child <run dir>`) with cores // N CPU threads (OMP_NUM_THREADS /
+MKL_NUM_THREADS, as `a3r.config.SlotSpec` sets them; `benchmarks.common.run_in_slots`). The default is the
+host A3R's `local_host()` gives a new campaign here: one 1-thread slot per core on a CPU host (two 1-thread
+runs did 1.27x the runs per hour of one 2-thread run on the 2-core container, docs/benchmarks/run_cost.md),
+one all-cores slot on a GPU host; `--slots 1` is one run at a time with all cores, as sweeps ran before
+slots. A failed run does not stop the others: the sweep ends with a message naming every failed run and
+its logs, and the same command resumes it.
+
+Each run lives in `<runs>/<arm>-seed<seed>/` (the engine's `metrics.jsonl`, `summary.json`, the child's
+`sweep_child.log`, and this script's `sweep_run.json`: the job it ran, its slot's thread count, and its
+wall time). A run whose `summary.json` exists is reused, after checking it ran the job planned now,
+whatever thread count it ran at; an unfinished run dir is cleared and run again, so an interrupted sweep
+resumes by running the same command. A run's thread count changes its speed, not its job, so runs of
+different thread counts are analysed together; each JSON row records `threads` (the slot's; None: all
+cores) and `torch_threads` (what its server computed with), and the Markdown says when the runs mix thread
+counts, whose wall times then do not compare. `--dry-run` prints the arms, the jobs, the runs, each run's
+seconds at the slots' thread count from the leader's cost model (`a3r.leader.costs.run_seconds`) and the
+wall on the slots (`a3r.leader.costs.schedule_seconds`), and runs nothing.
 
     .venv/bin/python benchmarks/goal_sweep.py "Does batch size 2 or 8 train arithmetic better in 8 steps?" \\
-        --set swarm.training.lr=1e-5 --seeds 0 1 2 3 4 5 --out docs/benchmarks/goal_compare_bs
+        --set swarm.training.lr=1e-5 --seeds 0 1 2 3 4 5 --slots 2 --out docs/benchmarks/goal_compare_bs
 
 Compare with a finished campaign of the same goal (its report JSON; finished runs are reused):
 
@@ -68,13 +82,13 @@ from a3r.analysis import Evidence, Interval, LevelEvidence, Question, RunObs, an
 from a3r.blueprints import deep_merge  # noqa: E402
 from a3r.leader.blueprints import train_job  # noqa: E402
 from a3r.leader.cli_commands import _base_job, _budget_overrides  # noqa: E402
-from a3r.leader.costs import run_seconds  # noqa: E402
+from a3r.leader.costs import run_seconds, schedule_seconds  # noqa: E402
 from a3r.leader.design import Arm, ResearchBudget, arm_label, grid  # noqa: E402
 from a3r.leader.goals import Goal, parse_goal  # noqa: E402
 from a3r.leader.knobs import set_dotted  # noqa: E402
 from a3r.report import eval_items_of, question_of  # noqa: E402
 from a3r.worker.metrics import parse_metric_bytes  # noqa: E402
-from benchmarks.common import loadavg, machine_record  # noqa: E402
+from benchmarks.common import SlotJob, host_slots, loadavg, machine_record, run_in_slots  # noqa: E402
 from engine.errors import SwarmError  # noqa: E402
 from engine.jobs import TrainJob  # noqa: E402
 from engine.launch import train  # noqa: E402
@@ -192,13 +206,20 @@ def split_settings(
     return common, [{k: f.get(k) for k in varying} for f in flat]
 
 
-def expected_seconds(runs: list[PlannedRun]) -> dict[str, float | None]:
-    """The leader's prior cost (`run_seconds`) of every run and of those still to run; None without a
-    prior for the model."""
-    per = [run_seconds(r.job, int(r.job["swarm"]["training"]["max_steps"])) for r in runs]
+def expected_seconds(runs: list[PlannedRun], threads: int | None = None) -> dict[str, float | None]:
+    """The leader's prior cost (`run_seconds`, each run in a slot of `threads` threads; None: all cores) of
+    every run and of those still to run; None without a prior for the model."""
+    per = [run_seconds(r.job, int(r.job["swarm"]["training"]["max_steps"]), threads) for r in runs]
     if any(s is None for s in per):
         return {"all_s": None, "to_run_s": None}
     return {"all_s": sum(per), "to_run_s": sum(s for s, r in zip(per, runs, strict=True) if not r.done)}
+
+
+def expected_wall(runs: list[PlannedRun], slots: int, threads: int | None) -> float | None:
+    """The leader's prior wall seconds of the runs still to run on `slots` slots of `threads` threads, in
+    the plan's order as slots come free (`a3r.leader.costs.schedule_seconds`); None without a prior."""
+    per = [run_seconds(r.job, int(r.job["swarm"]["training"]["max_steps"]), threads) for r in runs if not r.done]
+    return None if any(s is None for s in per) else schedule_seconds(per, slots)
 
 
 # -- running ----------------------------------------------------------------------------------------------
@@ -213,31 +234,94 @@ def _effective(job: dict[str, Any] | None) -> dict[str, Any] | None:
     return None if job is None else TrainJob.model_validate(job).model_dump(mode="json")
 
 
-def execute(run: PlannedRun) -> float | None:
-    """Run it unless finished (then check that it ran this job); the run's wall seconds."""
-    if run.done:
-        record = read_record(run)
-        if _effective(record.get("job")) != _effective(run.job):
-            raise SystemExit(
-                f"{run.run_dir} holds a finished run of another job than the one planned now (the settings "
-                "changed?); delete it or pass another --runs"
-            )
-        return record.get("wall_s")
-    shutil.rmtree(run.run_dir, ignore_errors=True)  # an unfinished run's partial metrics would mix in
+def check_reusable(run: PlannedRun) -> None:
+    """A finished run must have run the job planned now (else SystemExit saying so)."""
+    if _effective(read_record(run).get("job")) != _effective(run.job):
+        raise SystemExit(
+            f"{run.run_dir} holds a finished run of another job than the one planned now (the settings "
+            "changed?); delete it or pass another --runs"
+        )
+
+
+def prepare(run: PlannedRun, threads: int | None) -> None:
+    """Clear an unfinished run's dir (its partial metrics would mix in) and record the job it will run and
+    the CPU threads of its slot (None: the libraries' default, all cores)."""
+    shutil.rmtree(run.run_dir, ignore_errors=True)
     run.run_dir.mkdir(parents=True)
-    record = {"label": run.label, "seed": run.seed, "job": run.job, "wall_s": None}
+    record = {"label": run.label, "seed": run.seed, "job": run.job, "threads": threads, "wall_s": None}
     (run.run_dir / RUN_RECORD).write_text(json.dumps(record, indent=2))
+
+
+def train_prepared(run_dir: Path) -> float:
+    """Train the run `prepare` recorded in `run_dir`, in this process; its wall seconds, recorded with when
+    it started and ended. A failure is RunFailed naming the run, its logs and the resume."""
+    path = run_dir / RUN_RECORD
+    record = json.loads(path.read_text())
+    record["started_at"] = time.time()
     t0 = time.perf_counter()
     try:
-        train(TrainJob.model_validate(run.job), run.run_dir)
+        train(TrainJob.model_validate(record["job"]), run_dir)
     except (SwarmError, OSError, httpx.HTTPError) as e:  # OSError holds the /health TimeoutError
-        raise RunFailed(
-            f"{run.label} seed {run.seed} failed ({type(e).__name__}: {e}); its logs are in {run.run_dir}. "
-            "Run the same command again: finished runs are reused and this one starts over."
-        ) from e
+        record["error"] = (
+            f"{record['label']} seed {record['seed']} failed ({type(e).__name__}: {e}); its logs are in "
+            f"{run_dir}. Run the same command again: finished runs are reused and this one starts over."
+        )
+        path.write_text(json.dumps(record, indent=2))  # the parent of a child run reads it from here
+        raise RunFailed(record["error"]) from e
     record["wall_s"] = time.perf_counter() - t0
-    (run.run_dir / RUN_RECORD).write_text(json.dumps(record, indent=2))
+    record["finished_at"] = time.time()
+    path.write_text(json.dumps(record, indent=2))
     return record["wall_s"]
+
+
+def execute(run: PlannedRun, threads: int | None = None) -> float | None:
+    """Run it in this process unless finished (then check that it ran this job); the run's wall seconds.
+    `threads` is only recorded: this process's thread count is what it is."""
+    if run.done:
+        check_reusable(run)
+        return read_record(run).get("wall_s")
+    prepare(run, threads)
+    return train_prepared(run.run_dir)
+
+
+CHILD_LOG = "sweep_child.log"
+
+
+def execute_all(runs: list[PlannedRun], slots: int, threads: int | None) -> list[float | None]:
+    """Every run, finished ones reused (after `check_reusable`), the others each in a child process
+    (`--child`), at most `slots` at once with `threads` CPU threads each (`benchmarks.common.run_in_slots`,
+    as an A3R slot runs them); the runs' wall seconds in order. A failed run does not stop the others:
+    once all have ended, RunFailed names every failed run and its logs."""
+    to_run = []
+    for k, r in enumerate(runs, start=1):
+        if r.done:
+            check_reusable(r)
+            print(f"[{k}/{len(runs)}] {r.label} seed {r.seed}: reused", flush=True)
+        else:
+            to_run.append(r)
+    for r in to_run:
+        prepare(r, threads)
+    jobs = [
+        SlotJob(
+            f"{r.label} seed {r.seed}",
+            [sys.executable, str(Path(__file__).resolve()), "--child", str(r.run_dir)],
+            r.run_dir / CHILD_LOG,
+        )
+        for r in to_run
+    ]
+    if jobs:
+        print(f"training {len(jobs)} run(s), {slots} at a time, {threads or 'all'} thread(s) each", flush=True)
+    failed = [
+        read_record(r).get("error")
+        or f"{res.job.name} failed (exit {res.returncode}): {res.log_tail(1000)}\nits logs are in {r.run_dir}"
+        for r, res in zip(to_run, run_in_slots(jobs, slots, threads), strict=True)
+        if not res.ok
+    ]
+    if failed:
+        raise RunFailed(
+            "\n".join(failed) + f"\n{len(failed)} of {len(runs)} runs failed; the others finished and are kept."
+        )
+    return [read_record(r).get("wall_s") for r in runs]
 
 
 # -- analysis -----------------------------------------------------------------------------------------------
@@ -420,12 +504,27 @@ def run_rows(runs: list[PlannedRun], obs: list[RunObs], q: Question, walls: list
             "seed": r.seed,
             "run_dir": str(r.run_dir),
             "wall_s": wall,
+            **run_threads(r),
         }
         if s is not None:
             score = s.get(q.statistic)
             row |= {"step0": s.initial, "final": score, "gain": score - s.initial, "last_step": s.last_step}
         rows.append(row)
     return rows
+
+
+def run_threads(run: PlannedRun) -> dict[str, int | None]:
+    """The CPU threads a run was given (its slot's, from its record; None: all cores, as every run was
+    before slots) and those its server computed with (`torch_threads` of its summary.json)."""
+    summary = run.run_dir / "summary.json"
+    torch_threads = json.loads(summary.read_text()).get("torch_threads") if summary.exists() else None
+    return {"threads": read_record(run).get("threads"), "torch_threads": torch_threads}
+
+
+def thread_counts(rows: list[dict[str, Any]]) -> list[Any]:
+    """The distinct thread counts the runs computed with (the server's, else the slot's; None where a row
+    records neither, as in a sweep made before slots)."""
+    return sorted({r.get("torch_threads") or r.get("threads") for r in rows}, key=str)
 
 
 def arm_rows(ev: Evidence) -> list[dict]:
@@ -592,9 +691,7 @@ def write_md(path: Path, result: dict[str, Any]) -> None:
         ),
         f"Machine: {m['processor'] or m['platform']}, {m['cpu_count']} CPUs, torch {m['torch']}, commit "
         f"`{m['git_commit'][:12]}`{' (dirty)' if m['git_dirty'] else ''}; load average "
-        f"{m['loadavg_before'][0]:.2f} before, {m['loadavg_after'][0]:.2f} after. The runs took "
-        f"{result['runs_wall_s'] / 60:.1f} min in all (sum of per-run wall times; one run at a time); the cost "
-        f"model expected {_minutes(result['expected_s']['all_s'])}.",
+        f"{m['loadavg_before'][0]:.2f} before, {m['loadavg_after'][0]:.2f} after. {runs_wall_md(result)}",
         "",
         f"| arm | n | step-0 {cfg['question']['metric']} | {cfg['question']['statistic']} score | gain | trains "
         f"| label | {'test against the criterion' if threshold else 'interval the label is read from'} |",
@@ -624,6 +721,34 @@ def write_md(path: Path, result: dict[str, Any]) -> None:
         "",
     ]
     path.write_text("\n".join(lines))
+
+
+def runs_wall_md(result: dict[str, Any]) -> str:
+    """How long the runs took, how many ran at once, and at what thread counts. A run's thread count changes
+    its speed, not what it computes (the same job and seed; only the order of float sums can differ), so runs
+    of different thread counts are analysed together; their wall times are not comparable with each other,
+    and the page says so."""
+    slots = result.get("slots")
+    if slots is None:  # a sweep made before slots: one run at a time, in-process, all cores
+        return (
+            f"The runs took {result['runs_wall_s'] / 60:.1f} min in all (sum of per-run wall times; one run at a "
+            f"time); the cost model expected {_minutes(result['expected_s']['all_s'])}."
+        )
+    threads = result.get("threads")
+    text = (
+        f"The runs took {result['runs_wall_s'] / 60:.1f} min in all (sum of per-run wall times), "
+        f"{_minutes(result.get('sweep_wall_s'))} of wall for those trained now, {slots} at a time with "
+        f"{threads or 'all'} thread(s) each; the cost model expected {_minutes(result['expected_s']['all_s'])} "
+        f"in all at that thread count and {_minutes(result.get('expected_wall_s'))} of wall for those runs."
+    )
+    counts = thread_counts(result["runs"])
+    if len(counts) > 1:
+        text += (
+            f" **The runs were made at different thread counts ({', '.join(map(str, counts))}; None: all cores, "
+            "before slots):** their scores are analysed together (a thread count changes a run's speed, not its "
+            "job), but their wall times do not compare with each other."
+        )
+    return text
 
 
 def _minutes(s: float | None) -> str:
@@ -673,7 +798,9 @@ def write_png(path: Path, result: dict[str, Any]) -> None:
 
 
 # -- main ---------------------------------------------------------------------------------------------------
-def print_plan(goal: Goal, q: Question, runs: list[PlannedRun]) -> None:
+def print_plan(
+    goal: Goal, q: Question, runs: list[PlannedRun], slots: int = 1, threads: int | None = None
+) -> None:
     arms = {r.label: r.job for r in runs}  # one job per arm (seed aside), in grid order
     common, per_arm = split_settings(list(arms.values()), TrainJob().model_dump(mode="json"))
     print(f"goal: {goal.describe()}")
@@ -696,16 +823,18 @@ def print_plan(goal: Goal, q: Question, runs: list[PlannedRun]) -> None:
         print(f"  {key} = {value!r}")
     for label, settings in zip(arms, per_arm, strict=True):
         print(f"  {label}: " + ", ".join(f"{k} = {v!r}" for k, v in settings.items()))
-    cost = expected_seconds(runs)
-    print("runs, in order (the cost model's seconds each, a3r.leader.costs.run_seconds):")
+    cost = expected_seconds(runs, threads)
+    per = f"{threads or 'all'} thread(s) a run"
+    print(f"runs, in order (the cost model's seconds each at {per}, a3r.leader.costs.run_seconds):")
     for r in runs:
-        s = run_seconds(r.job, int(r.job["swarm"]["training"]["max_steps"]))
+        s = run_seconds(r.job, int(r.job["swarm"]["training"]["max_steps"]), threads)
         eta = "no estimate" if s is None else f"~{s:.0f} s"
         print(f"  {r.label:12} seed {r.seed}  {r.run_dir}  {eta}  {'done, reused' if r.done else 'to run'}")
     if cost["all_s"] is not None:
         print(
-            f"expected CPU time (one run at a time): {cost['all_s'] / 3600:.2f} h in all, "
-            f"{cost['to_run_s'] / 3600:.2f} h still to run"
+            f"expected run time at {per}: {cost['all_s'] / 3600:.2f} h in all, "
+            f"{cost['to_run_s'] / 3600:.2f} h still to run; expected wall of those on {slots} slot(s): "
+            f"{expected_wall(runs, slots, threads) / 3600:.2f} h (a3r.leader.costs.schedule_seconds)"
         )
 
 
@@ -745,6 +874,12 @@ def build_parser(preset: Preset | None) -> argparse.ArgumentParser:
     ap.add_argument(
         "--dry-run", action="store_true", help="print the planned jobs, runs and CPU time; run nothing"
     )
+    ap.add_argument(
+        "--slots",
+        type=int,
+        help="runs at once, each in a child process with cores // SLOTS CPU threads (default: the slots A3R "
+        "gives this host, a3r.config.local_host: one 1-thread slot per core on a CPU host)",
+    )
     hint = preset.report_hint if preset else "reports/<campaign>/report.json"
     ap.add_argument("--campaign-report", type=Path, help=f"a campaign's report JSON to compare with ({hint})")
     ap.add_argument(
@@ -757,7 +892,13 @@ def build_parser(preset: Preset | None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None, preset: Preset | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--child"]:  # one run of the sweep, in the child process execute_all started
+        train_prepared(Path(argv[1]))
+        return
     args = build_parser(preset).parse_args(argv)
+    if args.slots is not None and args.slots < 1:
+        raise SystemExit("goal_sweep: --slots must be >= 1")
+    slots, threads = host_slots(args.slots)
     text = preset.goal if preset else args.goal
     script = preset.script if preset else "benchmarks/goal_sweep.py"
     settings = [*(preset.settings if preset else ()), *args.settings]
@@ -772,7 +913,7 @@ def main(argv: list[str] | None = None, preset: Preset | None = None) -> None:
     runs = plan(goal, base, steps, list(dict.fromkeys(args.seeds)), Path(args.runs), budget)
     title = f"{'Demo question' if preset else 'Goal'} by exhaustive sweep"
     config = sweep_config(title, text, goal, settings, budget, steps, runs, q)
-    print_plan(goal, q, runs)
+    print_plan(goal, q, runs, slots, threads)
     if args.dry_run:
         return
 
@@ -785,13 +926,11 @@ def main(argv: list[str] | None = None, preset: Preset | None = None) -> None:
         print(f"analysing the {len(runs)} runs recorded in {args.from_json}; nothing runs")
     else:
         load_before = loadavg()
-        expected = expected_seconds(runs)
-        walls = []
-        for k, r in enumerate(runs, start=1):
-            print(
-                f"[{k}/{len(runs)}] {r.label} seed {r.seed}: {'reused' if r.done else 'training'}", flush=True
-            )
-            walls.append(execute(r))
+        expected = expected_seconds(runs, threads)
+        expected_wall_s = expected_wall(runs, slots, threads)
+        t0 = time.perf_counter()
+        walls = execute_all(runs, slots, threads)
+        sweep_wall_s = time.perf_counter() - t0
         obs = observations(runs, q.metric)
 
     ev = analyse(q, obs)  # the same analysis whether the runs were read from their dirs or from the JSON
@@ -820,7 +959,11 @@ def main(argv: list[str] | None = None, preset: Preset | None = None) -> None:
             "runs": run_rows(runs, obs, q, walls),
             **analysis,
             "runs_wall_s": sum(w for w in walls if w is not None),
+            "slots": slots,
+            "threads": threads,
+            "sweep_wall_s": sweep_wall_s,
             "expected_s": expected,
+            "expected_wall_s": expected_wall_s,
             "machine": machine_record(load_before),
         }
     out = Path(args.out or (args.from_json.with_suffix("") if args.from_json else out_default(preset)))

@@ -17,9 +17,11 @@ For each size it reports, over seeds:
   `a3r.analysis.stats.seeds_for_effect`), and so the seconds one answer costs: 2 arms x seeds x run.
 The size with the cheapest answer is the better default; the intervals say how sure that is.
 
-    .venv/bin/python benchmarks/heldout_size.py --seeds 0 1 2 3 4 5 --out docs/benchmarks/heldout_size
+    .venv/bin/python benchmarks/heldout_size.py --seeds 0 1 2 3 4 5 --slots 2 --out docs/benchmarks/heldout_size
 
-An interrupted measurement resumes by running the same command (finished runs are kept under --runs).
+Runs go `--slots` at once, each in a child process with cores // slots threads, as `goal_sweep.py` runs
+them (default: the slots A3R's `local_host()` gives this host). An interrupted measurement resumes by
+running the same command (finished runs are kept under --runs).
 """
 
 from __future__ import annotations
@@ -39,8 +41,8 @@ if str(REPO) not in sys.path:
 from a3r.analysis import fmt  # noqa: E402
 from a3r.analysis.stats import seeds_for_effect  # noqa: E402
 from a3r.leader.costs import run_seconds  # noqa: E402
-from benchmarks.common import loadavg, machine_record  # noqa: E402
-from benchmarks.goal_sweep import PlannedRun, execute  # noqa: E402
+from benchmarks.common import host_slots, loadavg, machine_record  # noqa: E402
+from benchmarks.goal_sweep import PlannedRun, execute_all, run_threads  # noqa: E402
 from benchmarks.paired_seeds import sd_interval  # noqa: E402
 from benchmarks.run_cost import build_job  # noqa: E402
 from engine.training.metrics import read_eval_scores  # noqa: E402
@@ -165,15 +167,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--set", dest="settings", action="append", default=[], help="KEY=VALUE on the job")
     p.add_argument("--runs", type=Path, default=Path("runs/heldout_size"))
     p.add_argument("--out", type=Path, default=None, help="write <out>.json, <out>.md and <out>.png")
+    p.add_argument(
+        "--slots", type=int, default=None, help="runs at once, cores // SLOTS threads each (as goal_sweep.py)"
+    )
     args = p.parse_args(argv)
     if len(args.seeds) < 3:
         p.error("at least 3 seeds: an sd from 2 runs says next to nothing")
     sizes = sorted(set(args.sizes))
     load_before = loadavg()
     runs = planned(args.seeds, sizes[-1], args.settings, args.runs)
-    for i, run in enumerate(runs, 1):
-        print(f"[{i}/{len(runs)}] {run.label} -> {run.run_dir}", flush=True)
-        execute(run)
+    slots, threads = host_slots(args.slots)
+    execute_all(runs, slots, threads)
     job = runs[0].job
     result = {
         "command": "python benchmarks/heldout_size.py " + " ".join(sys.argv[1:] if argv is None else argv),
@@ -185,6 +189,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "machine": machine_record(),
         "load_before": load_before,
         "load_after": loadavg(),
+        "slots": slots,
+        "threads": {r.seed: run_threads(r) for r in runs},  # a thread count changes speed, not the scores
         "per_seed": {r.seed: prefix_scores(r.run_dir, sizes) for r in runs},
     }
     result["rows"] = analyse(list(result["per_seed"].values()), sizes, job, args.effect)

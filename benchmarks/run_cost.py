@@ -55,7 +55,6 @@ _CHILD_FIRST_LINE_AT = time.time()  # before any import: the end of the interpre
 
 import argparse  # noqa: E402
 import json  # noqa: E402
-import os  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
@@ -187,14 +186,11 @@ def start_child(
 ) -> dict[str, Any]:
     """Spawn one child run of `tree` (with `threads` CPU threads, set as an A3R slot sets them) without
     waiting for it; `finish_child` collects it."""
-    from benchmarks.common import loadavg
+    from benchmarks.common import loadavg, slot_env
 
     run_dir = work / f"{name}-{k}"
     out = work / f"{name}-{k}.json"
-    env = {key: v for key, v in os.environ.items() if key != "A3R_METRICS_FILE"}
-    env["PYTHONPATH"] = str(tree)
-    if threads is not None:
-        env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    env = slot_env(threads, tree)
     load_before = loadavg()
     spec = {"shape": shape, "sets": sets, "run_dir": str(run_dir), "out": str(out), "spawned_at": time.time()}
     proc = subprocess.Popen(
