@@ -53,7 +53,7 @@ KEY = "eval_accuracy"
 def planned(seeds: list[int], items: int, sets: list[str], runs_root: Path) -> list[PlannedRun]:
     """One default-shape run per seed, evaluated on `items` held-out items."""
     return [
-        PlannedRun(items, s, f"seed {s}", build_job("default", [*sets, f"eval_size={items}", f"seed={s}"]), runs_root / f"seed{s}")
+        PlannedRun(items, s, "default run", build_job("default", [*sets, f"eval_size={items}", f"seed={s}"]), runs_root / f"seed{s}")
         for s in seeds
     ]
 
