@@ -130,6 +130,7 @@ class Question:
     min_effect: float = MIN_EFFECT  # fraction of the reference gain below which an arm "does not train"
     pair_seeds: bool = False  # a confirmation may compare arms paired on seeds (`pairing_check` decides)
     paired: bool = False  # comparisons of arms use the paired interval on their common seeds
+    values: tuple[Any, ...] = ()  # the values the question names (its first grid), for sentences; () unknown
 
     @property
     def level(self) -> float:
@@ -270,10 +271,22 @@ def _nothing_trains(arms: Sequence[ArmStats], q: Question) -> str:
     """The verdict when no arm's gain clears 0; says whether it is settled or just under-seeded."""
     best = max(arms, key=lambda a: a.gain_interval.mean if a.gain_interval else -math.inf)
     few = [a.label for a in arms if a.n < q.min_seeds]
-    s = (
-        f"Cannot tell: no tested {q.name} is shown to train. The largest gain in {q.statistic} {q.metric} over "
-        f"the untrained level is {best.label}'s, {_gain(best)}, and no arm's gain interval lies above 0."
-    )
+    tested = {a.x for a in arms}
+    untested = [v for v in q.values if v not in tested]
+    # name what ran: "no tested X" would read as "none of the question's values" when some never ran
+    if len(arms) == 1:
+        s = (
+            f"Cannot tell: {best.label}, the only {q.name} tested, is not shown to train: its gain in {q.statistic} "
+            f"{q.metric} over the untrained level is {_gain(best)}, an interval that does not lie above 0."
+        )
+    else:
+        which = f"none of the {q.name} values tested ({', '.join(a.label for a in arms)})" if untested else f"no tested {q.name}"
+        s = (
+            f"Cannot tell: {which} is shown to train. The largest gain in {q.statistic} {q.metric} over "
+            f"the untrained level is {best.label}'s, {_gain(best)}, and no arm's gain interval lies above 0."
+        )
+    if untested:
+        s += f" Not tested: {q.name} {', '.join(fmt(v) for v in untested)}."
     if few:
         s += f" Arms with fewer than {q.min_seeds} seeds carry no label: {', '.join(few)}."
     return s

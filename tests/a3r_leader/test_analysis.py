@@ -154,6 +154,18 @@ def test_nothing_trains_names_no_winner():
     assert ev.answer.startswith("Cannot tell: no tested batch size is shown to train")
 
 
+def test_nothing_trains_names_what_ran_when_values_were_not_tested():
+    """Issue 25: after a pilot of bs=2 alone the report said "no tested batch size is shown to train", which
+    reads as "neither 2 nor 8". The verdict names what ran and what did not."""
+    one = analyse(q("compare", values=(2, 8)), runs({2: [-0.047, 0.203, 0.234]}))
+    assert one.nothing_trains and "no tested" not in one.answer
+    assert one.answer.startswith("Cannot tell: bs=2, the only batch size tested, is not shown to train")
+    assert one.answer.endswith("Not tested: batch size 8.")
+    two = analyse(q("best", values=(1, 2, 4)), runs({1: [0.0, 0.02, -0.02], 2: [0.01, -0.01, 0.0]}))
+    assert "no tested" not in two.answer and "Not tested: batch size 4." in two.answer
+    assert two.answer.startswith("Cannot tell: none of the batch size values tested (bs=1, bs=2) is shown to train")
+
+
 def test_fewer_than_min_seeds_gets_no_label():
     ev = analyse(q("minimum"), runs({1: [0.2, 0.21], 4: [0.2, 0.22]}))
     th = ev.levels[0].threshold
