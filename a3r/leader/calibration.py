@@ -13,10 +13,22 @@ own criterion fraction), planned with the rule the answer's analysis uses (`a3r.
 upper confidence bound on sigma, and no more runs than the remaining wall budget holds. With a confirmation
 (the default) the grid explores with the budget's seeds and the confirmation gets the power; the sizing
 says what power the budget buys and, below 80%, the runs and wall time that would reach it. When training is not visible
-the leader re-pilots once with twice the steps if the budget holds it and the reference configuration would
-train more steps (`repilot_steps`: not when the steps are studied or fixed by the goal, where the arm's own
-count overrides the stage's and a re-pilot would repeat the same runs), and otherwise stops with advice
-(`no_training_advice`) instead of comparing arms that cannot differ.
+the leader calibrates once more (`recalibration`, at most `MAX_CALIBRATIONS` in all):
+- when the reference is not the generous end of a range (compare, best and effect questions, and a
+  threshold over named choices) and the first grid has values not yet piloted, those values run on the
+  same pilot seeds at the same steps (`pilot_others`): the reference failing to train says nothing about
+  the values the question compares it with. Their runs are the grid's (`pool_seeds` keeps them);
+- otherwise it re-pilots with twice the steps if the budget holds it and the reference configuration would
+  train more steps (`repilot_steps`: not when the goal names the run length, studies the steps or fixes
+  them, where a re-pilot would answer another question or repeat the same runs);
+and otherwise stops with advice (`no_training_advice`) instead of comparing arms that cannot differ.
+
+With several arms piloted (`measure_arms`), training is visible when any arm's gain interval clears 0; sigma
+is the within-arm sd pooled over every piloted arm's gains (their df add up, and it is not read only from
+the arm that trains); the effect is `EFFECT_FRACTION` of the gain of the visible arm with the largest gain.
+That gain was selected for clearing 0 (and for being the largest), so it is biased upward: the effect is
+sized somewhat large and the planned seeds somewhat few, which the confirmation partly repairs by re-sizing
+sigma from every exploration run (the effect stays the calibration's).
 
 Pure functions over run records and budgets; the graph calls them.
 """
@@ -32,10 +44,19 @@ from pydantic import BaseModel, ConfigDict, Field
 from a3r.analysis import fmt, t_interval
 from a3r.analysis.evidence import MIN_EFFECT, shows_training
 from a3r.analysis.stats import resolution_sd
-from a3r.leader.design import STEPS_KEY, Arm, ResearchBudget, StageDesign, arm_label, arm_steps, grid
+from a3r.leader.design import (
+    STEPS_KEY,
+    Arm,
+    ResearchBudget,
+    StageDesign,
+    arm_label,
+    arm_steps,
+    grid,
+    steps_per_run,
+)
 from a3r.leader.goals import Goal
 from a3r.leader.knobs import get_dotted, knob_value
-from a3r.leader.power import TARGET_POWER, confirmation_size, power_at
+from a3r.leader.power import TARGET_POWER, confirmation_size, pooled_sd, power_at
 
 __all__ = [
     "EFFECT_FRACTION",
@@ -43,9 +64,13 @@ __all__ = [
     "answer_arms",
     "calibration_stage",
     "grid_run_seconds",
+    "PilotArm",
     "measure",
+    "measure_arms",
     "no_training_advice",
+    "pilot_others",
     "pool_seeds",
+    "recalibration",
     "reference_arm",
     "repilot_steps",
     "size_budget",
@@ -55,7 +80,20 @@ __all__ = [
 # The smallest effect a comparison is sized to detect: half the reference configuration's gain (the same
 # fraction below which the analysis says an arm does not train).
 EFFECT_FRACTION = MIN_EFFECT
-MAX_CALIBRATIONS = 2  # the first pilot and at most one re-pilot with more steps
+MAX_CALIBRATIONS = 2  # the first pilot and at most one more: the other values, or the reference with more steps
+
+
+class PilotArm(BaseModel):
+    """One piloted arm's gain over the untrained level (plain data)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    label: str
+    runs: int
+    gain: float
+    gain_lo: float | None = None
+    gain_hi: float | None = None
+    visible: bool
 
 
 class Calibration(BaseModel):
@@ -64,9 +102,9 @@ class Calibration(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     stage: int = Field(description="Stage index of the calibration runs.")
-    label: str = Field(description="Reference arm.")
+    label: str = Field(description="The arm that calibrates: the reference, or the piloted arm that trains.")
     steps: int
-    runs: int = Field(description="Calibration runs that produced a score.")
+    runs: int = Field(description="Calibration runs at these steps that produced a score (every piloted arm).")
     untrained: float = Field(description="Mean step-0 score.")
     gain: float = Field(description="Mean gain over the untrained level.")
     gain_lo: float | None = None
@@ -79,7 +117,19 @@ class Calibration(BaseModel):
     seeds_per_arm: int = Field(0, description="Seeds per arm the power calculation asks for (before caps).")
     arms: int = Field(0, description="Arms the answer's analysis compares (the sizing rule's k).")
     power: float | None = Field(None, description="Power the budget buys at its capped seeds (planned).")
+    piloted: list[PilotArm] = Field(
+        default_factory=list, description="Every arm piloted at these steps (sigma pools their gains)."
+    )
     note: str = ""
+
+    def gains_text(self) -> str:
+        """The piloted gains in words: "0.13 [-0.25, 0.51]", or per arm when several were piloted."""
+        def one(g: Any) -> str:
+            return f"{fmt(g.gain)} [{fmt(g.gain_lo)}, {fmt(g.gain_hi)}]" if g.gain_lo is not None else fmt(g.gain)
+
+        if len(self.piloted) <= 1:
+            return f"a gain of {one(self)}"
+        return "gains of " + ", ".join(f"{g.label} {one(g)}" for g in self.piloted)
 
 
 def reference_arm(
@@ -182,15 +232,32 @@ def measure(
     *,
     eval_items: int | None,
 ) -> Calibration:
-    """The calibration from its runs: `scores` = (step-0 score, final score) per scored run, `wall_s` the
-    wall seconds of every finished run."""
+    """The calibration from a one-arm pilot's runs: `scores` = (step-0 score, final score) per scored run,
+    `wall_s` the wall seconds of every finished run."""
     arm = design.arms[0]
-    label = arm_label(goal, arm.x, arm.level)
+    return measure_arms(goal, budget, design, {arm_label(goal, arm.x, arm.level): scores}, wall_s, eval_items=eval_items)
+
+
+def measure_arms(
+    goal: Goal,
+    budget: ResearchBudget,
+    design: StageDesign,
+    by_arm: dict[str, list[tuple[float, float]]],
+    wall_s: list[float],
+    *,
+    eval_items: int | None,
+) -> Calibration:
+    """The calibration after `design`, from every arm piloted at its steps: `by_arm` = arm label ->
+    (step-0 score, final score) per scored run (an earlier pilot's arms included), `wall_s` the wall seconds
+    of their finished runs. Visible when any arm's gain interval clears 0; the arm that calibrates is the
+    visible one with the largest gain (the largest gain when none is visible); sigma pools every arm's
+    gains (see the module docstring for the effect's bias)."""
     run_s = statistics.fmean(wall_s) if wall_s else 0.0
-    if not scores:
+    scored = {k: v for k, v in by_arm.items() if v}
+    if not scored:
         return Calibration(
             stage=design.index,
-            label=label,
+            label=", ".join(arm_label(goal, a.x, a.level) for a in design.arms),
             steps=design.steps,
             runs=0,
             untrained=math.nan,
@@ -200,26 +267,40 @@ def measure(
             visible=False,
             note="no calibration run produced a score",
         )
-    gains = [end - start for start, end in scores]
-    untrained = statistics.fmean(s for s, _e in scores)
     floor = resolution_sd(eval_items) if eval_items else 0.0
-    iv = t_interval(gains, floor_sd=floor)
-    sigma = max(statistics.stdev(gains) if len(gains) > 1 else 0.0, floor)
-    visible = shows_training(iv)
+    gains = {k: [end - start for start, end in v] for k, v in scored.items()}
+    ivs = {k: t_interval(g, floor_sd=floor) for k, g in gains.items()}
+    piloted = [
+        PilotArm(
+            label=k,
+            runs=len(gains[k]),
+            gain=iv.mean,
+            gain_lo=iv.lo if iv.defined else None,
+            gain_hi=iv.hi if iv.defined else None,
+            visible=shows_training(iv),
+        )
+        for k, iv in ivs.items()
+    ]
+    shown = [p.label for p in piloted if p.visible]
+    label = max(shown or list(ivs), key=lambda k: ivs[k].mean)
+    iv = ivs[label]
+    sd, df = pooled_sd(list(gains.values()))
+    sigma = max(sd, floor)
     cal = Calibration(
         stage=design.index,
         label=label,
         steps=design.steps,
-        runs=len(scores),
-        untrained=untrained,
+        runs=sum(len(g) for g in gains.values()),
+        untrained=statistics.fmean(s for v in scored.values() for s, _e in v),
         gain=iv.mean,
         gain_lo=iv.lo if iv.defined else None,
         gain_hi=iv.hi if iv.defined else None,
         sigma=sigma,
         run_s=run_s,
-        visible=visible,
+        visible=bool(shown),
+        piloted=piloted,
     )
-    if not visible:
+    if not shown:
         return cal
     relative = (
         goal.shape in ("minimum", "maximum")
@@ -233,7 +314,7 @@ def measure(
         goal.shape,
         arms,
         sigma,
-        len(gains) - 1,
+        df,
         effect,
         alpha=budget.alpha / budget.looks,
         min_seeds=budget.min_seeds,
@@ -274,6 +355,8 @@ def grid_run_seconds(goal: Goal, budget: ResearchBudget, cal: Calibration, base_
         job = train_job(goal, Arm(x=x, level=level, seeds=[0], why="cost"), cal.steps, base_job)
         return run_seconds(job, cal.steps)
 
+    if len(cal.piloted) > 1:  # the pilot already ran the grid's values: its mean cost is theirs
+        return cal.run_s
     reference = reference_arm(goal, budget, base_job)
     ref = prior(*reference)
     levels = [None] if goal.secondary is None else grid(goal.secondary, budget.secondary_levels)
@@ -408,13 +491,80 @@ def _trained_steps(goal: Goal, arm: Arm, steps: int, base_job: dict[str, Any] | 
 
 def repilot_steps(goal: Goal, design: StageDesign, base_job: dict[str, Any] | None) -> int | None:
     """The stage steps of the one re-pilot after `design` showed no training: twice the pilot's, or None when
-    the reference configuration would still train the same count (the goal studies the steps, so the arm's
-    own value overrides the stage's, or fixes them): the re-pilot would repeat the pilot's runs exactly."""
+    the goal names the run length ("in 8 steps": runs of 16 answer another question), or when the reference
+    configuration would still train the same count (the goal studies the steps, so the arm's own value
+    overrides the stage's, or fixes them): the re-pilot would repeat the pilot's runs exactly."""
+    if goal.steps:
+        return None
     doubled = design.steps * 2
     ref = design.arms[0]
     if _trained_steps(goal, ref, doubled, base_job) == _trained_steps(goal, ref, design.steps, base_job):
         return None
     return doubled
+
+
+def _reference_is_generous(goal: Goal) -> bool:
+    """Whether the reference is the generous end of a range (minimum/maximum over a numeric range): the
+    value that should train if any does, so its failing to train speaks for every value."""
+    return goal.shape in ("minimum", "maximum") and goal.factor.knob.kind != "choice"
+
+
+def pilot_others(
+    goal: Goal,
+    budget: ResearchBudget,
+    stages: list[StageDesign],
+    base_job: dict[str, Any] | None = None,
+) -> StageDesign | None:
+    """After a pilot of the reference that showed no training: the first grid's other values on the same
+    pilot seeds at the same steps, or None when the reference is the generous end of a range (it speaks
+    for every value) or every value was piloted at these steps. Its runs are the grid's: `pool_seeds`
+    and `first_stage` keep them."""
+    last = stages[-1]
+    if _reference_is_generous(goal):
+        return None
+    _x, level = reference_arm(goal, budget, base_job)
+    piloted = {(a.level, a.x) for st in stages if st.kind == "calibration" and st.steps == last.steps for a in st.arms}
+    xs = [x for x in grid(goal.factor, budget.grid_points) if (level, x) not in piloted]
+    if not xs:
+        return None
+    seeds = list(range(budget.pilot_seeds))
+    ref = ", ".join(arm_label(goal, a.x, a.level) for a in last.arms)
+    labels = ", ".join(arm_label(goal, x, level) for x in xs)
+    index = len(stages) + 1
+    trains = arm_steps(goal, xs[0], level, last.steps)
+    return StageDesign(
+        index=index,
+        kind="calibration",
+        purpose=(
+            f"Stage {index}, calibration of the other values: {labels} for {len(seeds)} seeds, "
+            f"{steps_per_run(goal, last.steps)}, on the pilot's seeds and steps."
+        ),
+        hypothesis=(
+            f"Training {goal.task} is visible within {trains} steps for some value the question compares, "
+            f"though the reference configuration {ref} did not show it."
+        ),
+        arms=[Arm(x=x, level=level, seeds=seeds, why="calibration (other values)") for x in xs],
+        steps=last.steps,
+        rationale=[
+            f"The reference configuration {ref} did not show training; the question compares it with "
+            f"{labels}, which may train where it does not. Their runs join the grid (none is repeated).",
+        ],
+    )
+
+
+def recalibration(
+    goal: Goal, budget: ResearchBudget, stages: list[StageDesign], base_job: dict[str, Any] | None = None
+) -> StageDesign | None:
+    """The one calibration after a pilot that showed no training: the other values (`pilot_others`) when
+    the reference does not speak for them, else the reference with twice the steps (`repilot_steps`), else
+    None (stop with advice)."""
+    others = pilot_others(goal, budget, stages, base_job)
+    if others is not None:
+        return others
+    steps = repilot_steps(goal, stages[-1], base_job)
+    if steps is None:
+        return None
+    return calibration_stage(goal, budget, index=len(stages) + 1, steps=steps, base_job=base_job)
 
 
 def _steps_advice(goal: Goal, budget: ResearchBudget, base_job: dict[str, Any], cal: Calibration | None) -> str:
@@ -426,11 +576,18 @@ def _steps_advice(goal: Goal, budget: ResearchBudget, base_job: dict[str, Any], 
     ref = Arm(x=x, level=level, seeds=[0], why="reference")
     try:
         trained = _trained_steps(goal, ref, steps, base_job)
-        if trained != _trained_steps(goal, ref, steps * 2, base_job):
+        if trained != _trained_steps(goal, ref, steps * 2, base_job) and not goal.steps:
             return plain
     except ValueError:  # a job the engine refuses: the stage's steps are all there is to say
-        return plain
+        trained = steps
+        if not goal.steps:
+            return plain
     label = arm_label(goal, x, level)
+    if goal.steps and trained == steps:
+        return (
+            f"{trained} steps may be too few, and the goal names them (\"in {goal.steps} steps\"): ask with more "
+            f"steps (e.g. {trained * 2})"
+        )
     if STEPS_KEY in (goal.factor.key, goal.secondary.key if goal.secondary else None):
         return (
             f"{trained} steps (the reference configuration {label}) may be too few, and more steps per stage cannot "
@@ -465,11 +622,7 @@ def no_training_advice(
             f"the learning rate {fmt(lr)} may be too small (SmolLM2 learns arithmetic at 1e-5 to 2e-5)"
         )
     causes.append("more episodes per step (swarm.pool.batch_size or group_size) make each update less noisy")
-    seen = (
-        f" The calibration measured a gain of {fmt(cal.gain)} [{fmt(cal.gain_lo)}, {fmt(cal.gain_hi)}]."
-        if cal and cal.runs
-        else ""
-    )
+    seen = f" The calibration measured {cal.gains_text()}." if cal and cal.runs else ""
     return (
         f"Training is not visible at this budget, so no arm can be compared.{seen} Likely causes: "
         + "; ".join(causes)

@@ -246,10 +246,13 @@ def _levels(goal: Goal, budget: ResearchBudget) -> list[Any]:
 
 
 # -- stage 1 --------------------------------------------------------------------------------------------
-def first_stage(goal: Goal, budget: ResearchBudget, prior: list[StageDesign] | None = None) -> StageDesign:
+def first_stage(
+    goal: Goal, budget: ResearchBudget, prior: list[StageDesign] | None = None
+) -> StageDesign | None:
     """The coarse grid, shrunk (fewer points, then fewer seeds, never below min_seeds) to fit
     `stage1_share` of the runs left after `prior` (calibration) stages. Configurations a prior stage ran
-    at the same step count keep those seeds, so only their missing seeds count as new runs."""
+    at the same step count keep those seeds, so only their missing seeds count as new runs; None when the
+    calibration already ran every arm's seeds (it piloted the other values too)."""
     prior = prior or []
     levels = _levels(goal, budget)
     used = {k: set(v) for k, v in _seeds_used([p for p in prior if p.steps == budget.steps]).items()}
@@ -289,6 +292,8 @@ def first_stage(goal: Goal, budget: ResearchBudget, prior: list[StageDesign] | N
         for x in xs
         if (keep := missing(lv, x, seeds))
     ]
+    if not arms:
+        return None
     sec = f" x {goal.secondary.name} {{{', '.join(fmt(v) for v in levels)}}}" if goal.secondary else ""
     purpose = (
         f"Stage {len(prior) + 1}, coarse grid: {goal.factor.name} {{{', '.join(fmt(x) for x in xs)}}}{sec}, "

@@ -13,9 +13,10 @@
 - wait: one non-blocking look at the stage's runs; stops dominated arms at the early-stop rung; parks the
   graph with `interrupt()` while runs are unfinished (`a3r.leader.runner` wakes it). Everything before the
   interrupt is a read or an idempotent write, because the node re-runs from its start on resume.
-- analyse: after a calibration stage, the pilot's measurements decide: size the grid (seeds for the
-  effect, runs for the wall budget) and ask the policy for it, re-pilot with more steps (unless the
-  reference trains its own studied or fixed count, where it would repeat the same runs), or stop with
+- analyse: after a calibration stage, the pilot's measurements (every arm piloted at its steps) decide:
+  size the grid (seeds for the effect, runs for the wall budget) and ask the policy for it, calibrate once
+  more (`recalibration`: the other values on the pilot's seeds when the reference does not speak for them,
+  else the reference with more steps unless the goal names, studies or fixes the steps), or stop with
   advice. After a research stage: evidence from the store (`a3r.analysis`), then the policy's decision:
   next stage or finish. Nothing is refined once the evidence says no arm trains.
 - report: Markdown + HTML from the store and the analysis; LLM prose is vetted for numbers. When the
@@ -43,15 +44,15 @@ from a3r.leader.calibration import (
     Calibration,
     calibration_stage,
     grid_run_seconds,
-    measure,
+    measure_arms,
     no_training_advice,
     pool_seeds,
-    repilot_steps,
+    recalibration,
     size_budget,
     wall_budget_advice,
 )
 from a3r.leader.costs import runs_within, schedule_seconds
-from a3r.leader.design import BudgetError, ResearchBudget, StageDesign
+from a3r.leader.design import BudgetError, ResearchBudget, StageDesign, arm_label
 from a3r.leader.goals import Goal
 from a3r.leader.observe import RunRecord, observe
 from a3r.leader.planning import stage_prior_s
@@ -274,50 +275,51 @@ def build_graph(ws: Workspace, policy: Policy) -> StateGraph:
         design: StageDesign,
         records: list[RunRecord],
     ) -> dict[str, Any]:
-        mine = [r for r in records if r.obs.stage == design.index]
-        scored = [
-            (s.initial, s.get(goal.statistic))
-            for r in mine
-            if r.obs.state == RunState.SUCCEEDED and (s := r.obs.score()) is not None
-        ]
-        walls = [r.wall_s for r in mine if r.obs.state == RunState.SUCCEEDED]
-        cal = measure(goal, budget, design, scored, walls, eval_items=eval_items_of(cfg.base_job))
+        # every arm piloted at these steps: a calibration of the other values pools the reference's pilot
+        piloted = [r for r in records if r.obs.calibration and r.obs.state == RunState.SUCCEEDED]
+        by_arm: dict[str, list[tuple[float, float]]] = {}
+        for r in piloted:
+            if (s := r.obs.score()) is not None:
+                by_arm.setdefault(r.obs.label, []).append((s.initial, s.get(goal.statistic)))
+        walls = [r.wall_s for r in piloted]
+        cal = measure_arms(goal, budget, design, by_arm, walls, eval_items=eval_items_of(cfg.base_job))
         cals = [*state.get("calibration", []), cal.model_dump(mode="json")]
         designs = [StageDesign.model_validate(s["design"]) for s in state["stages"]]
         spent = elapsed(state)
-        gain = (
-            f"gain {cal.gain:.3g} [{cal.gain_lo:.3g}, {cal.gain_hi:.3g}]"
-            if cal.gain_lo is not None
-            else "no interval"
-        )
         seen = (
-            f"Calibration ({cal.label}, {cal.runs} seeds, {cal.steps} steps): untrained level {cal.untrained:.3g}, "
-            f"{gain}, sigma {cal.sigma:.3g}, {cal.run_s:.0f} s per run."
+            f"Calibration ({', '.join(a.label for a in cal.piloted) or cal.label}, {cal.runs} runs, {cal.steps} "
+            f"steps): untrained level {cal.untrained:.3g}, {cal.gains_text()}, sigma {cal.sigma:.3g}"
+            f"{' (pooled over the arms)' if len(cal.piloted) > 1 else ''}, {cal.run_s:.0f} s per run."
         )
         if cal.visible:
             per_run = grid_run_seconds(goal, budget, cal, cfg.base_job)
             sized, why = size_budget(goal, budget, cal, len(records_of(state, goal)), spent, per_run, slots())
+            q = question_of(goal, sized, eval_items_of(cfg.base_job))
+            ev = answer_evidence(q, [r.obs for r in records], designs, sized)
             try:
-                nxt = policy.plan_stage(goal, sized, designs, None)
+                nxt = policy.plan_stage(goal, sized, designs, ev)
             except BudgetError as e:  # the calibration spent what the grid needed: an answer, not a crash
                 advice = wall_budget_advice(budget, e.needed, e.left, per_run, spent, cfg.campaign)
                 decision = Decision(action="finish", reason=f"{seen} {' '.join(why)} {advice}")
                 out = finish_stage(state, f"{seen} {advice}", decision, designs, records)
                 return {**out, "calibration": cals, "budget": sized.model_dump(mode="json")}
-            reason = f"{seen} Training is visible. " + " ".join(why)
+            reason = f"{seen} Training is visible ({cal.label}). " + " ".join(why)
             decision = Decision(action="continue", reason=reason, next_stage=nxt, author="offline")
             out = finish_stage(state, seen, decision, designs, records)
             return {**out, "calibration": cals, "budget": sized.model_dump(mode="json")}
-        # None when the reference trains its own step count (studied or fixed): the same runs again
-        steps = repilot_steps(goal, design, cfg.base_job)
-        repilot_s = cal.run_s * (steps or 0) / max(design.steps, 1) * budget.pilot_seeds / slots()
-        fits = budget.total_wall_s is None or spent + repilot_s <= budget.total_wall_s
-        if len(cals) < MAX_CALIBRATIONS and cal.runs and steps is not None and fits:
-            nxt = calibration_stage(goal, budget, index=len(designs) + 1, steps=steps, base_job=cfg.base_job)
+        # the other values on the pilot's seeds, or the reference with twice the steps, or None
+        nxt = recalibration(goal, budget, designs, cfg.base_job)
+        more_s = cal.run_s * (nxt.steps if nxt else 0) / max(design.steps, 1) * (nxt.n_runs if nxt else 0) / slots()
+        fits = budget.total_wall_s is None or spent + more_s <= budget.total_wall_s
+        if len(cals) < MAX_CALIBRATIONS and cal.runs and nxt is not None and fits:
+            what = (
+                f"calibrating again with {nxt.steps} steps"
+                if nxt.steps != design.steps
+                else f"piloting the other values ({', '.join(arm_label(goal, a.x, a.level) for a in nxt.arms)}) "
+                f"on the same seeds and {nxt.steps} steps"
+            )
             decision = Decision(
-                action="continue",
-                reason=f"{seen} Training is not visible yet; calibrating again with {steps} steps.",
-                next_stage=nxt,
+                action="continue", reason=f"{seen} Training is not visible yet; {what}.", next_stage=nxt
             )
             out = finish_stage(state, seen, decision, designs, records)
             return {**out, "calibration": cals}

@@ -336,7 +336,8 @@ def plan_campaign(
         stages.append(calibration_stage(goal, budget, base_job=base_job))
     shortfall: list[str] = []
     try:
-        stages.append(first_stage(goal, budget, prior=list(stages)))
+        first = first_stage(goal, budget, prior=list(stages))
+        stages.extend([first] if first is not None else [])  # a goal of one value: the pilot is the grid
     except BudgetError as e:
         shortfall.append(
             f"the first comparison needs {e.needed} run(s) and max_runs {budget.max_runs} leaves {e.left}"

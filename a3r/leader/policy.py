@@ -78,7 +78,11 @@ class OfflinePolicy:
         self, goal: Goal, budget: ResearchBudget, stages: list[StageDesign], evidence: Evidence | None
     ) -> StageDesign | None:
         if all(s.kind == "calibration" for s in stages):
-            return first_stage(goal, budget, prior=stages)
+            first = first_stage(goal, budget, prior=stages)
+            if first is not None or evidence is None:
+                return first
+            # the calibration piloted every value of the grid (the reference did not train alone): its
+            # runs are the grid's, and the next stage follows from their evidence
         if evidence is None:
             raise ValueError("planning a later stage needs the evidence of the earlier ones")
         return next_stage(goal, budget, stages, evidence)

@@ -13,7 +13,7 @@ from typing import Any
 
 from a3r.analysis import Evidence, Question, RunObs, analyse, fmt
 from a3r.leader.costs import schedule_seconds
-from a3r.leader.design import ResearchBudget, StageDesign
+from a3r.leader.design import ResearchBudget, StageDesign, grid
 from a3r.leader.goals import Goal
 from a3r.leader.observe import RunRecord
 from a3r.leader.power import power_at
@@ -58,6 +58,7 @@ def question_of(goal: Goal, budget: ResearchBudget | None = None, eval_items: in
         min_seeds=b.min_seeds,
         eval_items=eval_items if goal.metric == "eval_accuracy" else None,
         pair_seeds=b.pair_seeds,
+        values=tuple(grid(goal.factor, b.grid_points)),
     )
 
 
@@ -88,7 +89,8 @@ def answer_evidence(
     step count): the confirmation's runs alone when one ran; provisional (nothing conclusive) while a
     campaign that needs a confirmation has not run one."""
     confirm = next((d.index for d in designs if d.kind == "confirm"), None) if budget.confirms else None
-    research = any(d.kind != "calibration" for d in designs)
+    # a comparison ran: a research stage, or a calibration that piloted more than the reference
+    research = any(d.kind != "calibration" for d in designs) or len({(a.level, a.x) for d in designs for a in d.arms}) > 1
     return analyse(q, obs, confirm_stage=confirm, provisional=budget.confirms and confirm is None and research)
 
 
@@ -366,6 +368,7 @@ def allowed_numbers(data: ReportData) -> set[str]:
             for k in ("untrained", "gain", "gain_lo", "gain_hi", "sigma", "effect")
             if c.get(k) is not None
         }
+        nums |= {fmt(g.get(k)) for g in c.get("piloted", []) for k in ("gain", "gain_lo", "gain_hi") if g.get(k) is not None}
     if data.evidence.untrained is not None:
         u = data.evidence.untrained
         nums |= {fmt(u.mean), fmt(u.lo), fmt(u.hi)}

@@ -1,7 +1,7 @@
 """Whole campaigns simulated through the leader's real decision loop, with known truth.
 
 The loop is the one `a3r.leader.graph` runs, minus the store and the workers: `calibration_stage` ->
-`measure` -> `size_budget` -> `OfflinePolicy.plan_stage` (`first_stage`) -> `pool_seeds` -> `answer_evidence` (`analyse`) ->
+`measure_arms` (-> `recalibration` -> `measure_arms` when no training shows) -> `size_budget` -> `OfflinePolicy.plan_stage` (`first_stage`) -> `pool_seeds` -> `answer_evidence` (`analyse`) ->
 `OfflinePolicy.decide` (`next_stage`: refinements, added seeds, confirmation) until the policy finishes or
 the budget is spent. Only the runs are synthetic: each run's held-out accuracy is the untrained level, plus
 the arm's true gain, plus normal seed noise, rounded to the held-out set's 1/m steps and clipped to [0, 1].
@@ -32,9 +32,9 @@ from a3r.analysis.evidence import MIN_EFFECT
 from a3r.leader.calibration import (
     MAX_CALIBRATIONS,
     calibration_stage,
-    measure,
+    measure_arms,
     pool_seeds,
-    repilot_steps,
+    recalibration,
     size_budget,
 )
 from a3r.leader.design import BudgetError, ResearchBudget, StageDesign, arm_label
@@ -145,24 +145,29 @@ def run_campaign(
         return _research(
             goal, budget, budget, policy, stages, obs, run, policy.plan_stage(goal, budget, [], None)
         )
-    steps = budget.steps
+    pilot: StageDesign | None = calibration_stage(goal, budget, index=1)
     for _attempt in range(MAX_CALIBRATIONS):
-        pilot = calibration_stage(goal, budget, index=len(stages) + 1, steps=steps)
         run(pilot)
-        scored = [(o.score().initial, o.score().final) for o in obs if o.stage == pilot.index]
-        cal = measure(goal, budget, pilot, scored, [1.0] * len(scored), eval_items=EVAL_ITEMS)
+        # every arm piloted at these steps, as the graph's after_calibration pools them
+        by_arm: dict[str, list[tuple[float, float]]] = {}
+        for o in obs:
+            if o.calibration and stages[o.stage - 1].steps == pilot.steps:
+                by_arm.setdefault(o.label, []).append((o.score().initial, o.score().final))
+        cal = measure_arms(goal, budget, pilot, by_arm, [1.0] * len(obs), eval_items=EVAL_ITEMS)
         if cal.visible:
             break
-        # the graph re-pilots once with twice the steps when they change the reference's run; a synthetic
-        # gain does not depend on them
-        steps = repilot_steps(goal, pilot, None)
-        if steps is None:
+        # the graph's one more calibration: the other values on the pilot's seeds, or the reference with
+        # twice the steps (a synthetic gain does not depend on them), or none
+        pilot = recalibration(goal, budget, stages)
+        if pilot is None:
             return Outcome(None, len(obs), len(stages), None)
     else:
         return Outcome(None, len(obs), len(stages), None)
     sized, _why = size_budget(goal, budget, cal, len(obs), 0.0, 1.0)
+    current = [o for o in obs if stages[o.stage - 1].steps == pilot.steps]
+    ev = answer_evidence(question_of(goal, sized, EVAL_ITEMS), current, stages, sized)
     try:
-        nxt = policy.plan_stage(goal, sized, stages, None)
+        nxt = policy.plan_stage(goal, sized, stages, ev)
     except BudgetError:
         return Outcome(None, len(obs), len(stages), None)
     return _research(goal, budget, sized, policy, stages, obs, run, nxt)

@@ -12,15 +12,17 @@ from a3r.leader.calibration import (
     calibration_stage,
     grid_run_seconds,
     measure,
+    measure_arms,
     no_training_advice,
     pool_seeds,
+    recalibration,
     reference_arm,
     repilot_steps,
     size_budget,
     wall_budget_advice,
 )
 from a3r.leader.costs import run_seconds
-from a3r.leader.design import Arm, BudgetError, ResearchBudget, StageDesign
+from a3r.leader.design import Arm, BudgetError, ResearchBudget, StageDesign, first_stage
 from a3r.leader.goals import parse_goal
 from a3r.leader.policy import OfflinePolicy
 
@@ -139,8 +141,12 @@ def test_a_repilot_doubles_only_steps_the_reference_would_train():
     assert repilot_steps(second, calibration_stage(second, budget), BASE) is None
     fixed = bs.model_copy(update={"fixed": {"swarm.training.max_steps": 10}})  # as an LLM reading may give
     assert repilot_steps(fixed, calibration_stage(fixed, budget), BASE) is None
-    lr = parse_goal("best learning rate for arithmetic (1e-6 to 1e-4) at 8 training steps")
+    lr = parse_goal("best learning rate for arithmetic (1e-6 to 1e-4)")
     assert repilot_steps(lr, calibration_stage(lr, budget.model_copy(update={"steps": 8})), BASE) == 16
+    # a goal that names the run length asks about those steps: a re-pilot at 16 would answer another question
+    named = parse_goal("best learning rate for arithmetic (1e-6 to 1e-4) at 8 training steps")
+    assert named.steps == 8
+    assert repilot_steps(named, calibration_stage(named, budget.model_copy(update={"steps": 8})), BASE) is None
 
 
 def test_advice_for_studied_steps_names_larger_counts_not_the_steps_flag():
@@ -226,3 +232,98 @@ def test_plan_prints_the_question_stages_and_eta_without_running(capsys, tmp_pat
     assert "Question as understood" in text and "ETA of these stages" in text
     assert main(["plan", "make it better"]) == 2
     assert "cannot understand the goal" in capsys.readouterr().err
+
+
+# -- issue 25: answers that land ---------------------------------------------------------------------------
+BATCH_GOAL = "Does batch size 2 or 8 train arithmetic better in 8 steps?"  # the real SmolLM2 campaign's goal
+
+
+def _batch_goal():
+    goal = parse_goal(BATCH_GOAL)
+    return goal, ResearchBudget(steps=goal.steps)  # as `graph.effective_budget` applies the goal's steps
+
+
+def test_a_goal_that_names_its_steps_is_never_repiloted_at_other_steps():
+    """Issue 25: "in 8 steps" is the question; a re-pilot at 16 answers another one. On the old code
+    `repilot_steps` gave 16 and the advice said "try --steps 32"."""
+    goal, budget = _batch_goal()
+    assert goal.steps == 8 and budget.steps == 8
+    pilot = calibration_stage(goal, budget, base_job=BASE)
+    assert repilot_steps(goal, pilot, BASE) is None
+    # a minimum over a range keeps the reference-only rule: no re-pilot either, so no second calibration
+    small = parse_goal("smallest batch size that trains arithmetic (2 to 8) in 8 steps")
+    assert small.steps == 8
+    small_budget = ResearchBudget(steps=8, grid_points=3)
+    assert recalibration(small, small_budget, [calibration_stage(small, small_budget, base_job=BASE)], BASE) is None
+    # the real pilot of issue 25 (bs=2, seeds 0-2; seed 0 a low outlier): not visible
+    cal = measure(goal, budget, pilot, [(0.25, 0.203), (0.25, 0.453), (0.25, 0.484)], [105] * 3, eval_items=64)
+    assert not cal.visible
+    advice = no_training_advice(goal, budget, BASE, cal)
+    assert "--steps" not in advice
+    assert 'the goal names them ("in 8 steps"): ask with more steps (e.g. 16)' in advice
+
+
+def test_a_compare_whose_reference_does_not_train_pilots_the_other_value_on_the_same_seeds_and_steps():
+    """Issue 25: the campaign gave up after bs=2 alone failed to show training; bs=8, which trains, never
+    ran. The one more calibration runs the first grid's other values on the pilot's seeds and steps, and
+    their runs are the grid's (nothing is run twice). On the old code `recalibration` did not exist and the
+    graph re-piloted bs=2 at 16 steps."""
+    goal, budget = _batch_goal()
+    pilot = calibration_stage(goal, budget, base_job=BASE)
+    assert [(a.x, a.seeds) for a in pilot.arms] == [(2, [0, 1, 2])]
+    again = recalibration(goal, budget, [pilot], BASE)
+    assert again.kind == "calibration" and again.index == 2 and again.steps == 8
+    assert [(a.x, a.seeds) for a in again.arms] == [(8, [0, 1, 2])]
+    assert recalibration(goal, budget, [pilot, again], BASE) is None  # every value piloted at these steps
+    # the figures of the committed 12-seed sweep's first seeds: bs=8 trains where bs=2 does not show it
+    by_arm = {
+        "bs=2": [(0.25, 0.203), (0.25, 0.453), (0.25, 0.484)],
+        "bs=8": [(0.25, 0.578), (0.25, 0.625), (0.25, 0.594)],
+    }
+    cal = measure_arms(goal, budget, again, by_arm, [105, 105, 105, 150, 150, 150], eval_items=64)
+    assert cal.visible and cal.label == "bs=8" and cal.runs == 6
+    assert [(p.label, p.visible) for p in cal.piloted] == [("bs=2", False), ("bs=8", True)]
+    gains8 = [0.328, 0.375, 0.344]
+    assert cal.gain == pytest.approx(sum(gains8) / 3, abs=1e-9)
+    assert cal.effect == pytest.approx(cal.gain / 2)  # half the visible arm's gain
+    # sigma pools both arms' within-arm spread (df 4), not the visible arm's alone
+    gains2 = [-0.047, 0.203, 0.234]
+    ss = sum((g - sum(gs) / 3) ** 2 for gs in (gains2, gains8) for g in gs)
+    assert cal.sigma == pytest.approx((ss / 4) ** 0.5, abs=1e-9)
+    # the grid has nothing left to run: the policy plans from the pooled evidence (the confirmation)
+    sized, _why = size_budget(goal, budget, cal, runs_done=6, wall_spent_s=0)
+    stages = [pilot, again]
+    assert first_stage(goal, sized, prior=stages) is None
+    nxt = OfflinePolicy().plan_stage(goal, sized, stages, _evidence(goal, sized, stages, by_arm))
+    # (no difference is shown on 3 seeds yet: more seeds on both, continuing their seed numbers)
+    assert (nxt.index, nxt.kind) == (3, "refine")
+    assert [(a.x, a.seeds) for a in nxt.arms] == [(2, [3, 4, 5]), (8, [3, 4, 5])]
+
+
+def _evidence(goal, budget, stages, by_arm):
+    """The evidence of calibration runs given as (step-0, final) per arm label (seeds in order)."""
+    from a3r.analysis import RunObs
+    from a3r.report import answer_evidence, question_of
+
+    x_of = {a.x: a for st in stages for a in st.arms}
+    obs = []
+    for label, pairs in by_arm.items():
+        x = next(x for x in x_of if f"={x}" in label)
+        stage = next(st.index for st in stages for a in st.arms if a.x == x)
+        for seed, (start, end) in enumerate(pairs):
+            obs.append(
+                RunObs(
+                    run_id=len(obs) + 1, stage=stage, seed=seed, x=x, level=None, label=label, state="succeeded",
+                    series=((0, start), (budget.steps, end)), calibration=True,
+                )
+            )
+    return answer_evidence(question_of(goal, budget, 64), obs, stages, budget)
+
+
+def test_a_minimum_over_a_range_keeps_the_reference_only_recalibration():
+    """Its reference is the generous end (the value that should train if any does): no pilot of the other
+    values, the re-pilot with twice the steps as before."""
+    goal = parse_goal("smallest batch size that trains arithmetic (2 to 8)")
+    budget = ResearchBudget(grid_points=3, steps=8)
+    again = recalibration(goal, budget, [calibration_stage(goal, budget, base_job=BASE)], BASE)
+    assert [(a.x, a.seeds) for a in again.arms] == [(8, [0, 1, 2])] and again.steps == 16

@@ -137,6 +137,20 @@ def test_campaign_survives_a_killed_leader(tmp_path):
         ws.close()
 
 
+def _finished_small_campaign(
+    tmp_path, campaign: str, goal: str
+) -> tuple[Workspace, dict, list[StageDesign], str]:
+    """A campaign on the tiny model with a small budget (2 pilot seeds, 4 steps unless the goal names them),
+    run to its end: (workspace, final state, stage designs, report markdown)."""
+    ws, config = _tiny_campaign(
+        tmp_path, campaign, goal, ResearchBudget(max_runs=8, seeds=2, max_seeds=4, steps=4, pilot_seeds=2)
+    )
+    state = run_campaign_and_close(ws, OfflinePolicy(), config, timeout_s=600)
+    assert state["status"] == "done"
+    designs = [StageDesign.model_validate(s["design"]) for s in state["stages"]]
+    return ws, state, designs, open(state["report"]["markdown"]).read()
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_no_repilot_when_the_steps_are_studied(tmp_path):
@@ -144,17 +158,31 @@ def test_no_repilot_when_the_steps_are_studied(tmp_path):
     trains its own count whatever the stage's steps, so a re-pilot "with twice the steps" would rerun the
     same two runs. The leader stops after one calibration with advice that can change something: larger
     step counts, not `--steps` (the old code ran a second, identical calibration)."""
-    ws, config = _tiny_campaign(
-        tmp_path,
-        "steps",
-        "What is the minimum number of training steps that still trains arithmetic: 1 or 2?",
-        ResearchBudget(max_runs=8, seeds=2, max_seeds=4, steps=4, pilot_seeds=2),
+    _ws, state, designs, md = _finished_small_campaign(
+        tmp_path, "steps", "What is the minimum number of training steps that still trains arithmetic: 1 or 2?"
     )
-    state = run_campaign_and_close(ws, OfflinePolicy(), config, timeout_s=600)
-    assert state["status"] == "done"
-    designs = [StageDesign.model_validate(s["design"]) for s in state["stages"]]
     assert [(d.kind, [a.x for a in d.arms]) for d in designs] == [("calibration", [2])]
     assert len(state["calibration"]) == 1 and not state["calibration"][0]["visible"]
-    md = open(state["report"]["markdown"]).read()
     assert "Training is not visible at this budget" in md and "--steps" not in md
     assert "ask about larger step counts (e.g. 4 or 8)" in md
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_compare_whose_reference_does_not_train_pilots_the_other_value_at_the_goals_steps(tmp_path):
+    """Issue 25: "... in 2 steps" names the run length, and a compare's reference failing to train says
+    nothing about the other value. The leader's second calibration runs the other value on the pilot's
+    seeds at the goal's 2 steps (the old code re-piloted the reference alone at 4 steps and never ran the
+    other value), then stops with advice that keeps the goal's steps (no `--steps`)."""
+    ws, state, designs, md = _finished_small_campaign(
+        tmp_path, "compare", "Does batch size 1 or 2 train arithmetic better in 2 steps?"
+    )
+    assert [d.kind for d in designs] == ["calibration", "calibration"] and [d.steps for d in designs] == [2, 2]
+    piloted = [(a.x, a.seeds) for d in designs for a in d.arms]
+    assert sorted(piloted) == [(1, [0, 1]), (2, [0, 1])]  # both values, the same seeds, nothing twice
+    assert len(ws.runs()) == 4
+    cal = state["calibration"][-1]
+    assert not cal["visible"] and sorted(p["label"] for p in cal["piloted"]) == ["bs=1", "bs=2"]
+    assert "piloting the other values" in md and "--steps" not in md
+    assert 'the goal names them ("in 2 steps"): ask with more steps (e.g. 4)' in md
+    assert "Cannot tell: no tested batch size is shown to train" in md  # both were tested by then

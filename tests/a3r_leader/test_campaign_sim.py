@@ -109,6 +109,11 @@ POWER = {
     "compare 2": lambda: power_check(_goal("compare", LR2), _better(3e-5), 3e-5),
     "compare 3 (read as best)": lambda: power_check(_goal("compare", LR3), _better(3e-6), 3e-6),
     "minimum over a range": lambda: power_check(_goal("minimum", **BS_RANGE), _step_at(8), 8),
+    # issue 25: the reference (1e-5) does not train, the other value does; the reference's pilot alone
+    # cannot show it, so the campaign must pilot the other value before giving up
+    "compare 2, the reference does not train": lambda: power_check(
+        _goal("compare", LR2), lambda x: REF_GAIN if x == 3e-5 else 0.0, 3e-5
+    ),
 }
 
 ERRORS = {
@@ -205,6 +210,14 @@ def _pairing_never_used(mp: pytest.MonkeyPatch) -> Iterator[None]:
     yield
 
 
+@contextmanager
+def _reference_speaks_for_all(mp: pytest.MonkeyPatch) -> Iterator[None]:
+    """A pilot of the reference that shows no training is never followed by a pilot of the other values
+    (the leader before issue 25: it re-piloted the reference alone with more steps, then gave up)."""
+    mp.setattr(calibration, "pilot_others", lambda *a, **kw: None)
+    yield
+
+
 # each planted defect and the checks that must catch it (every check above catches at least one defect)
 CAUGHT_BY = {
     "no multiplicity correction": (
@@ -214,6 +227,10 @@ CAUGHT_BY = {
     "normal quantile": (_normal_quantile, ["compare 2 in one stage of 3 seeds, tied"]),
     "no must-train": (_no_must_train, ["compare 2, neither trains"]),
     "pairing never used": (_pairing_never_used, ["pairing gain"]),
+    "the reference's pilot speaks for every value": (
+        _reference_speaks_for_all,
+        ["compare 2, the reference does not train"],
+    ),
     "threshold fails from the point estimate": (
         _fails_from_the_point_estimate,
         ["minimum, the value below the step sits on the fails margin"],
