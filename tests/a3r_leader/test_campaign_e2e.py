@@ -99,6 +99,8 @@ def test_campaign_survives_a_killed_leader(tmp_path):
         designs = [StageDesign.model_validate(s["design"]) for s in state["stages"]]
         assert [d.kind for d in designs] == ["calibration", "calibration"]
         assert [d.steps for d in designs] == [2, 4]  # the re-pilot doubles the steps
+        # and is measured on its own runs: the 2-step pilot answers for another run length
+        assert [c["runs"] for c in state["calibration"]] == [2, 2]
         runs = ws.runs()
         assert before <= {r.id for r in runs}  # nothing the killed leader created was lost
         assert len(runs) == sum(d.n_runs for d in designs)  # and nothing was created twice
