@@ -43,6 +43,7 @@ __all__ = [
     "BudgetError",
     "ResearchBudget",
     "STEPS_KEY",
+    "steps_studied",
     "StageDesign",
     "arm_label",
     "arm_steps",
@@ -234,11 +235,15 @@ def arm_steps(goal: Goal, x: Any, level: Any, steps: int) -> Any:
     return steps
 
 
+def steps_studied(goal: Goal) -> bool:
+    """The training steps are a studied variable: every run trains its arm's count, not the stage's."""
+    return STEPS_KEY in (goal.factor.key, goal.secondary.key if goal.secondary else None)
+
+
 def steps_per_run(goal: Goal, steps: int) -> str:
     """A stage's training steps in words: "20 steps per run", or, when the steps are studied, that each
     run trains its arm's own (a stage line must not name one count for runs that train 1 to 8 steps)."""
-    studied = STEPS_KEY in (goal.factor.key, goal.secondary.key if goal.secondary else None)
-    return "each run trains its arm's step count" if studied else f"{steps} steps per run"
+    return "each run trains its arm's step count" if steps_studied(goal) else f"{steps} steps per run"
 
 
 def _levels(goal: Goal, budget: ResearchBudget) -> list[Any]:

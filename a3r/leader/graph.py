@@ -52,7 +52,7 @@ from a3r.leader.calibration import (
     wall_budget_advice,
 )
 from a3r.leader.costs import runs_within, schedule_seconds
-from a3r.leader.design import BudgetError, ResearchBudget, StageDesign, arm_label
+from a3r.leader.design import BudgetError, ResearchBudget, StageDesign, arm_label, steps_studied
 from a3r.leader.goals import Goal
 from a3r.leader.observe import RunRecord, observe
 from a3r.leader.planning import stage_prior_s
@@ -287,8 +287,9 @@ def build_graph(ws: Workspace, policy: Policy) -> StateGraph:
         designs = [StageDesign.model_validate(s["design"]) for s in state["stages"]]
         spent = elapsed(state)
         seen = (
-            f"Calibration ({', '.join(a.label for a in cal.piloted) or cal.label}, {cal.runs} runs, {cal.steps} "
-            f"steps): untrained level {cal.untrained:.3g}, {cal.gains_text()}, sigma {cal.sigma:.3g}"
+            f"Calibration ({', '.join(a.label for a in cal.piloted) or cal.label}, {cal.runs} runs"
+            f"{'' if steps_studied(goal) else f', {cal.steps} steps'}): untrained level {cal.untrained:.3g}, "
+            f"{cal.gains_text()}, sigma {cal.sigma:.3g}"
             f"{' (pooled over the arms)' if len(cal.piloted) > 1 else ''}, {cal.run_s:.0f} s per run."
         )
         if cal.visible:

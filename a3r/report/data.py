@@ -13,7 +13,7 @@ from typing import Any
 
 from a3r.analysis import Evidence, Question, RunObs, analyse, fmt
 from a3r.leader.costs import schedule_seconds
-from a3r.leader.design import ResearchBudget, StageDesign, grid
+from a3r.leader.design import ResearchBudget, StageDesign, grid, steps_per_run, steps_studied
 from a3r.leader.goals import Goal
 from a3r.leader.observe import RunRecord
 from a3r.leader.power import power_at
@@ -164,6 +164,16 @@ class ReportData:
     power: dict[str, Any] | None = None  # the power the answering runs actually had (`achieved_power`)
     prose: dict[str, str] = field(default_factory=dict)
     figures: dict[str, str] = field(default_factory=dict)  # role -> file name
+
+    @property
+    def steps_studied(self) -> bool:
+        """The training steps are a studied variable: each run trains its arm's count, not the budget's."""
+        return steps_studied(self.goal)
+
+    @property
+    def steps_text(self) -> str:
+        """The runs' training steps in words ("20 steps per run", or each run its arm's count)."""
+        return steps_per_run(self.goal, self.budget.steps)
 
 
 def _status(ev: Evidence, label: str, level: Any) -> str:

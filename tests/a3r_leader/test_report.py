@@ -193,7 +193,11 @@ def test_table_labels_never_contradict_the_answer():
     ev, status = _rows_for(text, {1.5e-5: 0.6})  # the calibration's reference arm alone
     assert ev.answer.startswith("Cannot tell") and status == {"lr=1.5e-05": ""}
     ev, status = _rows_for(text, {3e-6: 0.58, 1.5e-5: 0.6, 6e-5: 0.1})  # a lead that is not separated
-    assert not ev.conclusive and status == {"lr=3e-06": "not separated", "lr=1.5e-05": "leads", "lr=6e-05": "worse"}
+    assert not ev.conclusive and status == {
+        "lr=3e-06": "not separated",
+        "lr=1.5e-05": "leads",
+        "lr=6e-05": "worse",
+    }
     ev, status = _rows_for(text, {3e-6: 0.2, 1.5e-5: 0.6, 6e-5: 0.1})
     assert ev.conclusive and status["lr=1.5e-05"] == "best" and "Best learning rate: 1.5e-05" in ev.answer
 
@@ -211,5 +215,60 @@ def test_the_report_states_the_power_the_answering_runs_had_not_the_seeds_it_ask
     cal = [{"visible": True, "sigma_plan": 0.1, "effect": 0.15, "seeds_per_arm": 9}]
     p = achieved_power(goal, budget, ev, cal)
     assert p["seeds"] == 4 and p["arms"] == 2 and p["needed"] == 9
-    assert p["power"] == pytest.approx(power_at("compare", 2, 4, 0.1, 0.15, 0.05, 1 / 64)) and p["power"] < 0.8
+    assert (
+        p["power"] == pytest.approx(power_at("compare", 2, 4, 0.1, 0.15, 0.05, 1 / 64)) and p["power"] < 0.8
+    )
     assert achieved_power(goal, budget, ev, [{**cal[0], "visible": False}]) is None  # nothing to size for
+
+
+def test_a_report_on_the_training_steps_never_names_one_step_count_for_every_run(ws, record, tmp_path):
+    """Issue 25: the real minimum-steps campaign's report said "20 steps per run" and "3 seed(s) of 20
+    steps" (the budget's default) while its runs trained 1, 2, 4 and 8 steps."""
+    text = "What is the minimum number of training steps that still trains arithmetic: 1, 2 or 4?"
+    goal = parse_goal(text)
+    budget = ResearchBudget(max_runs=20, steps=20, seeds=3, max_seeds=4, confirm=False)
+    design = first_stage(goal, budget)
+    camp = ws.create_campaign("steps", text)
+    stage = ws.create_stage(camp.id, "stage-1", design.purpose)
+    runs = ws.add_blueprints(stage.id, stage_blueprints(goal, design))
+    for run in runs:
+        n = ws.store.blueprint_of(run).engine_config["swarm"]["training"]["max_steps"]
+        record(ws, run.id, [(0, 0.25), (n, 0.25 + 0.1 * n + 0.01 * run.seed)])
+    stages = [
+        {
+            "index": 1,
+            "design": design.model_dump(mode="json"),
+            "run_ids": [r.id for r in runs],
+            "decision": {"action": "finish", "reason": "synthetic", "author": "offline"},
+            "dropped": {},
+        }
+    ]
+    from a3r.leader.calibration import Calibration
+
+    cal = Calibration(
+        stage=1,
+        label="steps=4",
+        steps=20,
+        runs=3,
+        untrained=0.25,
+        gain=0.4,
+        sigma=0.03,
+        run_s=100.0,
+        visible=True,
+    ).model_dump(mode="json")
+    data = build_report_data(
+        campaign="steps",
+        goal=goal,
+        budget=budget,
+        policy="offline",
+        stages=stages,
+        records=observe(ws, camp.id, goal),
+        provenance=PROVENANCE,
+        calibration=[cal],
+    )
+    md = open(write_report(data, observe(ws, camp.id, goal), tmp_path / "r")["markdown"]).read()
+    assert (
+        "each run trains its arm's step count" in md
+        and "**Calibration (stage 1):** steps=4, 3 seed(s):" in md
+    )
+    assert "20 steps" not in md
