@@ -513,6 +513,18 @@ def run_rows(runs: list[PlannedRun], obs: list[RunObs], q: Question, walls: list
     return rows
 
 
+def run_span_s(runs: list[PlannedRun]) -> float | None:
+    """Seconds from the first run's start to the last run's end, from the runs' own records: the sweep's
+    wall even when a later invocation only reused them (None when a run lacks its times: made before they
+    were recorded). A sweep resumed after a pause counts the pause."""
+    times = [read_record(r) for r in runs]
+    starts = [t.get("started_at") for t in times]
+    ends = [t.get("finished_at") for t in times]
+    if not times or None in starts or None in ends:
+        return None
+    return max(ends) - min(starts)
+
+
 def run_threads(run: PlannedRun) -> dict[str, int | None]:
     """The CPU threads a run was given (its slot's, from its record; None: all cores, as every run was
     before slots) and those its server computed with (`torch_threads` of its summary.json)."""
@@ -737,7 +749,8 @@ def runs_wall_md(result: dict[str, Any]) -> str:
     threads = result.get("threads")
     text = (
         f"The runs took {result['runs_wall_s'] / 60:.1f} min in all (sum of per-run wall times), "
-        f"{_minutes(result.get('sweep_wall_s'))} of wall for those trained now, {slots} at a time with "
+        f"{_minutes(result.get('span_wall_s'))} from the first run's start to the last one's end, "
+        f"{_minutes(result.get('sweep_wall_s'))} of wall for those trained by this invocation, {slots} at a time with "
         f"{threads or 'all'} thread(s) each; the cost model expected {_minutes(result['expected_s']['all_s'])} "
         f"in all at that thread count and {_minutes(result.get('expected_wall_s'))} of wall for those runs."
     )
@@ -962,6 +975,7 @@ def main(argv: list[str] | None = None, preset: Preset | None = None) -> None:
             "slots": slots,
             "threads": threads,
             "sweep_wall_s": sweep_wall_s,
+            "span_wall_s": run_span_s(runs),
             "expected_s": expected,
             "expected_wall_s": expected_wall_s,
             "machine": machine_record(load_before),

@@ -73,6 +73,10 @@ def test_finished_runs_are_reused_and_a_partial_run_starts_over(tmp_path, capsys
     # the reused run keeps its thread count; the page says the sweep mixes two
     assert [(r["threads"], r["torch_threads"]) for r in again["runs"]] == [(2, 2), (1, 1)]
     assert "different thread counts (1, 2" in (tmp_path / "out.md").read_text()
+    # the sweep's wall spans every run's record, the reused one's included (not only this invocation's)
+    recs = _records(tmp_path).values()
+    span = max(r["finished_at"] for r in recs) - min(r["started_at"] for r in recs)
+    assert again["span_wall_s"] == pytest.approx(span) and span > again["sweep_wall_s"]
 
 
 @pytest.mark.slow
