@@ -174,6 +174,11 @@ class StageDesign(BaseModel):
     author: str = Field(
         "offline", description="Who designed it: offline, or llm:<model> (its prose is vetted)."
     )
+    planned_sigma: float | None = Field(
+        None, description="A confirmation's sizing sigma (80% upper bound from the exploration runs)."
+    )
+    planned_effect: float | None = Field(None, description="The effect a confirmation was sized to detect.")
+    planned_needed: int | None = Field(None, description="Seeds per arm that effect needs for 80% power.")
 
     @property
     def n_runs(self) -> int:
@@ -548,7 +553,9 @@ def _explore_or_confirm(
             f"{fmt(100 * _power_at(goal, budget, ev, size, seeds))}%, below 80%; "
             f"{size.runs_needed} confirmation run(s) would reach it."
         )
-    return _stage(goal, budget, stages, arms, "confirm", why, index)
+    return _stage(goal, budget, stages, arms, "confirm", why, index).model_copy(
+        update={"planned_sigma": size.sigma, "planned_effect": size.effect, "planned_needed": size.needed}
+    )
 
 
 def _power_at(goal: Goal, budget: ResearchBudget, ev: Evidence, size: ConfirmationSize, seeds: int) -> float:

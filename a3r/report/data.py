@@ -63,14 +63,23 @@ def question_of(goal: Goal, budget: ResearchBudget | None = None, eval_items: in
 
 
 def achieved_power(
-    goal: Goal, budget: ResearchBudget, ev: Evidence, calibration: list[dict[str, Any]]
+    goal: Goal,
+    budget: ResearchBudget,
+    ev: Evidence,
+    calibration: list[dict[str, Any]],
+    designs: list[StageDesign] | None = None,
 ) -> dict[str, Any] | None:
-    """The power the runs that answer had for the calibrated effect: the fewest seeds of the arms the
-    answer compares (the confirmation's when one ran), with sigma at the calibration's planning bound.
-    None without a calibration that saw training (no effect to size for) or without two such arms."""
+    """The power the runs that answer had for the planned effect: the fewest seeds of the arms the answer
+    compares (the confirmation's when one ran), at the sigma and effect those seeds were planned with: the
+    confirmation's own sizing when one ran (its sigma bound re-measured on the exploration runs), else the
+    calibration's. One sigma for the plan and the report, so a confirmation sized for 80% never reads as
+    57% because the report priced it with the pilot's bound. None without a calibration that saw training
+    (no effect to size for) or without two such arms."""
     cal = calibration[-1] if calibration else None
     if not cal or not cal.get("visible") or not cal.get("sigma_plan") or not cal.get("effect"):
         return None
+    confirm = next((d for d in designs or [] if d.kind == "confirm" and d.planned_sigma), None)
+    sigma, effect = (confirm.planned_sigma, confirm.planned_effect) if confirm else (cal["sigma_plan"], cal["effect"])
     arms = [a for le in ev.levels for a in le.arms]
     per_level = max((len(le.arms) for le in ev.levels), default=0)
     if per_level < 2 or min(a.n for a in arms) < 2:
@@ -78,8 +87,9 @@ def achieved_power(
     n = min(a.n for a in arms)
     floor = ev.question.floor_sd(0.0)
     alpha = budget.alpha / ev.question.looks
-    p = power_at(goal.shape, per_level, n, cal["sigma_plan"], cal["effect"], alpha, floor)
-    return {"power": p, "seeds": n, "arms": per_level, "needed": cal.get("seeds_per_arm"), "effect": cal["effect"]}
+    p = power_at(goal.shape, per_level, n, sigma, effect, alpha, floor)
+    needed = confirm.planned_needed if confirm else cal.get("seeds_per_arm")
+    return {"power": p, "seeds": n, "arms": per_level, "needed": needed, "effect": effect, "sigma": sigma}
 
 
 def answer_evidence(
@@ -332,7 +342,7 @@ def build_report_data(
         provenance=provenance,
         calibration=list(calibration or []),
         model=model,
-        power=achieved_power(goal, budget, ev, list(calibration or [])),
+        power=achieved_power(goal, budget, ev, list(calibration or []), designs),
     )
     allowed = allowed_numbers(data)
     for v in data.stages:  # what an LLM wrote is prose: its numbers must be the report's own

@@ -272,3 +272,38 @@ def test_a_report_on_the_training_steps_never_names_one_step_count_for_every_run
         and "**Calibration (stage 1):** steps=4, 3 seed(s):" in md
     )
     assert "20 steps" not in md
+
+
+def test_achieved_power_prices_a_confirmation_with_the_sigma_it_was_sized_with():
+    """Issue 25: the real compare campaign sized its confirmation at 9 seeds per arm for 80% power with
+    sigma 0.13 (re-measured on the exploration runs), and its report said 57% because it priced the same 9
+    seeds with the pilot's bound, 0.173. Plan and report use one sigma."""
+    from a3r.leader.design import Arm, StageDesign
+
+    goal = parse_goal("Does batch size 2 or 8 train arithmetic better in 8 steps?")
+    budget = ResearchBudget()
+    obs = [
+        RunObs(10 * i + s, 4, s, x, None, f"bs={x}", "succeeded", ((0, 0.25), (8, 0.25 + g + 0.01 * (s % 3))))
+        for i, (x, g) in enumerate([(2, 0.23), (8, 0.34)])
+        for s in range(9)
+    ]
+    ev = analyse(question_of(goal, budget, eval_items=64), obs)
+    cal = [{"visible": True, "sigma_plan": 0.173, "effect": 0.188, "seeds_per_arm": 15}]
+    confirm = StageDesign(
+        index=4,
+        kind="confirm",
+        purpose="confirm",
+        hypothesis="h",
+        arms=[Arm(x=x, seeds=list(range(6, 15)), why="confirmation") for x in (2, 8)],
+        steps=8,
+        planned_sigma=0.13,
+        planned_effect=0.188,
+        planned_needed=9,
+    )
+    floor = ev.question.floor_sd(0.0)
+    p = achieved_power(goal, budget, ev, cal, [confirm])
+    assert p["power"] == pytest.approx(power_at("compare", 2, 9, 0.13, 0.188, 0.05, floor)) and p["power"] >= 0.8
+    assert p["sigma"] == 0.13 and p["needed"] == 9
+    # without a confirmation's own sizing (a one-look campaign), the calibration's bound prices the seeds
+    p = achieved_power(goal, budget, ev, cal, [])
+    assert p["power"] == pytest.approx(power_at("compare", 2, 9, 0.173, 0.188, 0.05, floor)) and p["power"] < 0.6
