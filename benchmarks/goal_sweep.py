@@ -408,7 +408,17 @@ def config_mismatch(committed: dict[str, Any], planned: dict[str, Any]) -> list[
         return json.loads(json.dumps(value, default=str))
 
     keys = (set(committed) | set(planned)) - {"title"}
+    question = committed.get("question")
+    if isinstance(question, dict) and isinstance(planned.get("question"), dict):
+        # Question fields that only word its sentences, added after a sweep was committed, cannot have
+        # differed when it ran: compared only when the committed record has them
+        unrecorded = _QUESTION_WORDING - set(question)
+        planned = {**planned, "question": {k: v for k, v in planned["question"].items() if k not in unrecorded}}
     return sorted(k for k in keys if norm(k, committed.get(k)) != norm(k, planned.get(k)))
+
+
+# `Question.values`: the values the goal names, used only to name untested ones in a verdict's sentence
+_QUESTION_WORDING = frozenset({"values"})
 
 
 def read_committed(path: Path, config: dict[str, Any], runs: list[PlannedRun]) -> dict[str, Any]:

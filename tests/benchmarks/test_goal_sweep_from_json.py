@@ -96,3 +96,13 @@ def test_campaign_report_is_compared_with_the_committed_sweep(tmp_path, answer, 
     ]
     assert cmp["match"] is (outcome == "match")
     assert f"**{outcome}**" in (tmp_path / "cmp.md").read_text()
+
+
+def test_a_question_field_that_only_words_sentences_is_compared_only_when_recorded():
+    """`Question.values` (added after the compare sweep was committed) names untested values in a verdict;
+    a committed config without it is not another config, one that records other values is."""
+    q = {"shape": "compare", "alpha": 0.05}
+    planned = {"question": {**q, "values": [2, 8]}}
+    assert gs.config_mismatch({"question": q}, planned) == []
+    assert gs.config_mismatch({"question": {**q, "values": [2, 4]}}, planned) == ["question"]
+    assert gs.config_mismatch({"question": {**q, "alpha": 0.1}}, planned) == ["question"]
