@@ -34,6 +34,19 @@ PROVENANCE = {
 }
 
 
+def _one_stage(design, runs) -> list[dict]:
+    """The leader state's record of a campaign whose one stage ran `runs` and finished."""
+    return [
+        {
+            "index": 1,
+            "design": design.model_dump(mode="json"),
+            "run_ids": [r.id for r in runs],
+            "decision": {"action": "finish", "reason": "synthetic", "author": "offline"},
+            "dropped": {},
+        }
+    ]
+
+
 def _campaign(ws, record):
     goal = parse_goal(GOAL)
     budget = ResearchBudget(max_runs=20, steps=4, seeds=3, max_seeds=4, confirm=False)  # one pooled stage
@@ -53,15 +66,7 @@ def _campaign(ws, record):
             record(ws, run.id, curve[:2], outcome="failed")
             continue
         record(ws, run.id, curve)
-    stages = [
-        {
-            "index": 1,
-            "design": design.model_dump(mode="json"),
-            "run_ids": [r.id for r in runs],
-            "decision": {"action": "finish", "reason": "synthetic", "author": "offline"},
-            "dropped": {},
-        }
-    ]
+    stages = _one_stage(design, runs)
     return goal, budget, camp, runs, stages
 
 
@@ -234,15 +239,7 @@ def test_a_report_on_the_training_steps_never_names_one_step_count_for_every_run
     for run in runs:
         n = ws.store.blueprint_of(run).engine_config["swarm"]["training"]["max_steps"]
         record(ws, run.id, [(0, 0.25), (n, 0.25 + 0.1 * n + 0.01 * run.seed)])
-    stages = [
-        {
-            "index": 1,
-            "design": design.model_dump(mode="json"),
-            "run_ids": [r.id for r in runs],
-            "decision": {"action": "finish", "reason": "synthetic", "author": "offline"},
-            "dropped": {},
-        }
-    ]
+    stages = _one_stage(design, runs)
     from a3r.leader.calibration import Calibration
 
     cal = Calibration(
