@@ -51,6 +51,11 @@ them with the same code as a fresh sweep, after checking that the JSON's config 
 plan (goal, settings, budget, steps, arms, seeds, question and jobs; anything else is refused). Its outputs
 keep the sweep's command, runs, times and machine, and go to the JSON's own path unless `--out` is given.
 
+The page names the steps the runs train (each arm's own count when the goal studies the steps); its figure
+shows each run's step-0 and final score and each arm's interval on the scale its label is read from, with,
+for a threshold, the criterion and the fail margin (`fail_margins`: the analysis's fraction of the reference
+arm's gain, below which an arm is shown not to train; recorded in the JSON as `fail_margin`).
+
 A campaign's answer matches the sweep's when both name the same value, or when the campaign cannot tell
 and neither can the sweep (its intervals include the tie).
 """
@@ -83,7 +88,7 @@ from a3r.blueprints import deep_merge  # noqa: E402
 from a3r.leader.blueprints import train_job  # noqa: E402
 from a3r.leader.cli_commands import _base_job, _budget_overrides  # noqa: E402
 from a3r.leader.costs import run_seconds, schedule_seconds  # noqa: E402
-from a3r.leader.design import Arm, ResearchBudget, arm_label, grid  # noqa: E402
+from a3r.leader.design import STEPS_KEY, Arm, ResearchBudget, arm_label, grid  # noqa: E402
 from a3r.leader.goals import Goal, parse_goal  # noqa: E402
 from a3r.leader.knobs import set_dotted  # noqa: E402
 from a3r.report import eval_items_of, question_of  # noqa: E402
@@ -581,6 +586,22 @@ def criteria(ev: Evidence) -> list[dict[str, Any]]:
     ]
 
 
+def fail_margins(ev: Evidence) -> list[dict[str, Any]]:
+    """Per level of a threshold with a relative criterion, the fail margin on the gain scale: an arm fails
+    when its gain is shown below `fraction` of the reference arm's gain, i.e. below `gain` (the analysis's
+    own `ThresholdResult.margin` and `fail_gain`). Empty for other shapes and absolute criteria."""
+    return [
+        {
+            "secondary_level": le.level,
+            "fraction": le.threshold.margin,
+            "reference": le.threshold.reference.label,
+            "gain": le.threshold.fail_gain,
+        }
+        for le in ev.levels
+        if le.threshold is not None and le.threshold.fail_gain is not None
+    ]
+
+
 # -- the campaign's answer ----------------------------------------------------------------------------------
 def campaign_answers(report: dict[str, Any]) -> list[dict[str, Any]]:
     """Per level, the campaign's answer from its report JSON (`a3r.report.render.report_summary`): the
@@ -688,6 +709,18 @@ def agreement_md(cmp: dict[str, Any] | None, command: str) -> list[str]:
     return lines
 
 
+def steps_md(cfg: dict[str, Any]) -> str:
+    """How long the runs train, in words: the stage's steps, or, when the goal studies the step count (as
+    its variable or its secondary variable), that each arm trains its own (a page must not name one count
+    for runs that train 1 to 8 steps)."""
+    goal = parse_goal(cfg["goal"])
+    if goal.factor.key == STEPS_KEY:
+        return f"each arm training its own step count ({', '.join(fmt(x) for x in cfg['grid'])} steps)"
+    if goal.secondary is not None and goal.secondary.key == STEPS_KEY:
+        return f"each arm training its level's step count ({', '.join(fmt(v) for v in cfg['levels'])} steps)"
+    return f"{cfg['steps']} steps each (where the arm does not set its own)"
+
+
 def write_md(path: Path, result: dict[str, Any]) -> None:
     m, cfg = result["machine"], result["config"]
     threshold = cfg["question"]["shape"] in THRESHOLD_SHAPES
@@ -695,7 +728,7 @@ def write_md(path: Path, result: dict[str, Any]) -> None:
         f"# {cfg['title']}",
         "",
         f"Goal: *{cfg['goal']}* ({cfg['question']['shape']} of {cfg['variable']}). Every arm of the campaign's "
-        f"first grid, seeds {cfg['seeds']}, {cfg['steps']} steps each (where the arm does not set its own), with "
+        f"first grid, seeds {cfg['seeds']}, {steps_md(cfg)}, with "
         f"the jobs `a3r research` builds; analysed by `a3r.analysis.analyse` at one look (confidence level "
         f"{fmt(cfg['question']['level'])}, {cfg['question']['eval_items']} held-out items, unpaired).",
         "",
@@ -779,6 +812,14 @@ def _minutes(s: float | None) -> str:
 
 
 def write_png(path: Path, result: dict[str, Any]) -> None:
+    fig = sweep_figure(result)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def sweep_figure(result: dict[str, Any]) -> Any:
+    """The sweep's figure: each run's step-0 and final score (left); each arm's mean and interval on the
+    scale its label is read from (right), with, for a threshold, 0, the criterion and the fail margin."""
     arms, cfg = result["arms"], result["config"]
     threshold = cfg["question"]["shape"] in THRESHOLD_SHAPES
     pos = {a["arm"]: i for i, a in enumerate(arms)}
@@ -810,14 +851,22 @@ def write_png(path: Path, result: dict[str, Any]) -> None:
         right.axhline(0, color="black", lw=0.8)
         for c in result["criterion"]:
             right.axhline(c["mean"], color="C3", ls="--", lw=1, label="criterion (gain scale)")
+        for fm in result.get("fail_margin", []):  # a JSON written before the key has none to draw
+            at = "" if fm["secondary_level"] is None else f" at {fmt(fm['secondary_level'])}"
+            right.axhline(
+                fm["gain"],
+                color="C1",
+                ls=":",
+                lw=1.2,
+                label=f"fail margin{at}: {fm['fraction']:.0%} of {fm['reference']}'s gain, {fmt(fm['gain'])}",
+            )
         right.legend(fontsize=8)
     right.set_title(f"{key}: mean and {fmt(cfg['question']['level'])} t interval", fontsize=9)
     for ax in (left, right):
         ax.set_xticks(range(len(arms)), [a["arm"] for a in arms], fontsize=8)
         ax.set_xlabel(cfg["variable"])
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    return fig
 
 
 # -- main ---------------------------------------------------------------------------------------------------
@@ -972,6 +1021,8 @@ def main(argv: list[str] | None = None, preset: Preset | None = None) -> None:
         "answer": answer,
         "campaign": campaign,
     }
+    if margins := fail_margins(ev):  # a threshold's only: other sweeps' JSON keeps the keys it always had
+        analysis["fail_margin"] = margins
     if args.from_json:  # the runs, their times and machine are the committed sweep's; the analysis is new
         result = {**committed, **analysis, "from_json": str(args.from_json)}
     else:

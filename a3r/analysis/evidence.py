@@ -308,6 +308,8 @@ class ThresholdResult:
     confident: bool
     monotone: bool
     verdict: str
+    margin: float = 0.0  # fail margin: the fraction of the reference gain an arm is shown below to fail
+    fail_gain: float | None = None  # that margin on the gain scale (relative criterion only; else None)
 
     @property
     def conclusive(self) -> bool:
@@ -339,6 +341,8 @@ def threshold(arms: Sequence[ArmStats], q: Question) -> ThresholdResult:
     f = q.criterion_value
     tests: dict[str, Interval] = {}
     status: dict[str, str] = {}
+    margin = max(f, q.min_effect)  # "does not train": shown below the smallest effect worth reporting
+    fail_gain = None
     if q.criterion_kind == "absolute":
         crit = Interval(f, f, f, 0, q.level)
         for a in order:
@@ -346,9 +350,9 @@ def threshold(arms: Sequence[ArmStats], q: Question) -> ThresholdResult:
     else:
         ref_iv = t_interval(ref_gains, level=q.level, floor_sd=q.floor_sd(reference.interval.mean))
         crit = ref_iv.scaled(f)
+        fail_gain = margin * ref_iv.mean
         for a in order:
             tests[a.label] = _versus_reference(a, reference, ref_gains, f, q)
-    margin = max(f, q.min_effect)  # "does not train": shown below the smallest effect worth reporting
     for a in order:
         iv = tests[a.label]
         if a.n < q.min_seeds or not iv.defined:
@@ -414,6 +418,8 @@ def threshold(arms: Sequence[ArmStats], q: Question) -> ThresholdResult:
         confident,
         monotone,
         verdict,
+        margin,
+        fail_gain,
     )
 
 

@@ -1,5 +1,7 @@
 """`a3r plan "<goal>"`: the question as understood, the calibration and first-stage designs, an ETA, and
-whether the budget can answer at all, without running anything.
+whether the budget can answer at all, without running anything. Under the calibration, when its reference
+does not speak for the other values (compare and best questions), the plan says which values the leader
+pilots on the same seeds and steps if the reference shows no training (`if_no_training`).
 
 The budget can answer when what the campaign will run fits in its runs (`max_runs`) and, by the cost
 model, in its wall time (`total_wall_s`): the calibration, the first comparison (stage 1) and, with a
@@ -22,9 +24,9 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from a3r.leader.calibration import answer_arms, calibration_stage
+from a3r.leader.calibration import answer_arms, calibration_stage, pilot_others
 from a3r.leader.costs import PricedRun, Schedule, price_run, runs_within, schedule_runs, schedule_seconds
-from a3r.leader.design import BudgetError, ResearchBudget, StageDesign, first_stage
+from a3r.leader.design import BudgetError, ResearchBudget, StageDesign, arm_label, first_stage, steps_per_run
 from a3r.leader.goals import Goal
 from a3r.leader.knobs import get_dotted
 from a3r.leader.power import TARGET_POWER, power_at
@@ -34,6 +36,7 @@ __all__ = [
     "PRIOR_EFFECT_SD",
     "CampaignPlan",
     "ConfirmationPlan",
+    "if_no_training",
     "plan_campaign",
     "stage_prior_s",
     "stage_runs",
@@ -76,6 +79,7 @@ class CampaignPlan:
     confirmation: ConfirmationPlan | None = None  # None without a confirmation stage
     threads: int | None = None  # threads per slot the runs are priced at (None: a slot owns the host)
     stage_eval0: list[int | None] = field(default_factory=list)  # per stage: runs that pay the step-0 evaluation
+    if_no_training: str | None = None  # the other-values pilot the calibration runs if the reference does not train
 
     @property
     def runs(self) -> int:
@@ -165,6 +169,7 @@ class CampaignPlan:
                 }
                 for s, e, p in zip(self.stages, self.stage_eta_s, self.stage_eval0 or [None] * len(self.stages), strict=True)
             ],
+            "if_no_training": self.if_no_training,
             "power": self.power_line(),
             "eta_s": self.eta_s,
             "slots": self.slots,
@@ -239,6 +244,8 @@ class CampaignPlan:
                 lines.append(
                     f"    {a.x}{'' if a.level is None else f' @ {a.level}'}: seeds {a.seeds} ({a.why})"
                 )
+            if s.kind == "calibration" and self.if_no_training:
+                lines.append(f"  {self.if_no_training}")
         lines.append(self.power_line())
         if self.eta_s is not None:
             lines.append(
@@ -248,6 +255,28 @@ class CampaignPlan:
             )
         lines.append(self.verdict())
         return "\n".join(lines)
+
+
+def if_no_training(
+    goal: Goal, budget: ResearchBudget, stages: list[StageDesign], base_job: dict[str, Any]
+) -> str | None:
+    """What the campaign does if the calibration's reference shows no training, when that is the pilot of
+    the first grid's other values (`a3r.leader.calibration.pilot_others`: the reference is not the generous
+    end of a range, as in compare and best questions, and the grid has values it did not pilot); None
+    otherwise. It is the second and last calibration (`MAX_CALIBRATIONS`), run only if the wall budget
+    holds it."""
+    cals = [s for s in stages if s.kind == "calibration"]
+    others = pilot_others(goal, budget, cals, base_job) if cals else None
+    if others is None:
+        return None
+    ref = ", ".join(arm_label(goal, a.x, a.level) for a in cals[-1].arms)
+    values = ", ".join(arm_label(goal, a.x, a.level) for a in others.arms)
+    return (
+        f"If the reference configuration {ref} shows no training, the calibration pilots the first grid's other "
+        f"value(s) {values} on the same seeds {others.arms[0].seeds} ({steps_per_run(goal, others.steps)}) if "
+        "the wall budget holds them: their runs are the grid's, sigma is pooled over every piloted arm, and if "
+        "none shows training the campaign stops with advice."
+    )
 
 
 def plan_confirmation(
@@ -363,6 +392,7 @@ def plan_campaign(
         confirmation=confirmation,
         threads=threads,
         stage_eval0=[None if sc is None else sum(sc.pays_eval0) for sc in scheds],
+        if_no_training=if_no_training(goal, budget, stages, base_job),
     )
     needed: dict[str, Any] = {}
     if confirmation is not None and confirmation.seeds < budget.min_seeds:

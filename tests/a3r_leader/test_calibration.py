@@ -300,6 +300,39 @@ def test_a_compare_whose_reference_does_not_train_pilots_the_other_value_on_the_
     assert [(a.x, a.seeds) for a in nxt.arms] == [(2, [3, 4, 5]), (8, [3, 4, 5])]
 
 
+def test_the_plan_says_which_values_are_piloted_if_the_reference_shows_no_training(capsys, tmp_path, monkeypatch):
+    """Issue 25: the plan described the calibration and the grid but not the contingency the leader acts on
+    when the reference shows no training (`recalibration` -> `pilot_others`): the first grid's other values
+    on the pilot's seeds and steps. The plan names them, from the same function; a minimum over a range
+    (whose reference speaks for every value) says nothing of it."""
+    from a3r.cli import main
+    from a3r.leader.planning import plan_campaign
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["plan", BATCH_GOAL]) == 0
+    text = capsys.readouterr().out
+    line = (
+        "  If the reference configuration bs=2 shows no training, the calibration pilots the first grid's other "
+        "value(s) bs=8 on the same seeds [0, 1, 2] (8 steps per run)"
+    )
+    assert line in text
+    # stated under the calibration stage, before the grid
+    assert text.index("(calibration (reference configuration))") < text.index(line) < text.index("coarse grid")
+    assert main(["plan", BATCH_GOAL, "--json"]) == 0
+    assert "bs=8 on the same seeds [0, 1, 2]" in json.loads(capsys.readouterr().out)["if_no_training"]
+    # a best of three: both other values, named as the leader would pilot them
+    best = parse_goal("Which learning rate trains arithmetic best: 3e-6, 1.5e-5 or 6e-5?")
+    plan = plan_campaign(best, ResearchBudget(), BASE)
+    assert "the first grid's other value(s) lr=3e-06, lr=6e-05 on the same seeds [0, 1, 2] (20 steps per run)" in (
+        plan.render()
+    )
+    small = parse_goal("smallest batch size that trains arithmetic (2 to 8)")
+    plan = plan_campaign(small, ResearchBudget(grid_points=3), BASE)
+    assert plan.if_no_training is None and "other value" not in plan.render()
+    # without a calibration there is nothing to pilot
+    assert plan_campaign(best, ResearchBudget(calibrate=False), BASE).if_no_training is None
+
+
 def _evidence(goal, budget, stages, by_arm):
     """The evidence of calibration runs given as (step-0, final) per arm label (seeds in order)."""
     from a3r.analysis import RunObs

@@ -47,19 +47,21 @@ def _one_stage(design, runs) -> list[dict]:
     ]
 
 
-def _campaign(ws, record):
+def _campaign(ws, record, name="synth", level=None, spread=0.01):
+    """The synthetic campaign: arm x gains level[x] (default: bs=1 0.5, bs=4 0.6, bs=16 0.8) plus
+    `spread` x seed; one run retried, one failed for good."""
     goal = parse_goal(GOAL)
     budget = ResearchBudget(max_runs=20, steps=4, seeds=3, max_seeds=4, confirm=False)  # one pooled stage
     design = first_stage(goal, budget)
-    camp = ws.create_campaign("synth", GOAL)
+    camp = ws.create_campaign(name, GOAL)
     stage = ws.create_stage(camp.id, "stage-1", design.purpose)
     runs = ws.add_blueprints(stage.id, stage_blueprints(goal, design))
     # bs=1 gains more than half of bs=16's (the "fails" margin), so it still trains and is the answer
-    level = {1: 0.5, 4: 0.6, 16: 0.8}
+    level = level or {1: 0.5, 4: 0.6, 16: 0.8}
     for run in runs:
         x = ws.store.blueprint_of(run).engine_config["swarm"]["pool"]["batch_size"]
         # held-out accuracy: 0.1 untrained (step 0, the same for every run), then rising by the arm's gain
-        curve = [(0, 0.1)] + [(s, 0.1 + level[x] * s / 4 + 0.01 * run.seed) for s in range(1, 5)]
+        curve = [(0, 0.1)] + [(s, 0.1 + level[x] * s / 4 + spread * run.seed) for s in range(1, 5)]
         if run.id == runs[0].id:  # an infrastructure failure, retried as a second attempt
             record(ws, run.id, curve[:3], outcome="failed", retry=True)
         if run.id == runs[-1].id:  # a code error: final, excluded from the statistics
@@ -304,3 +306,41 @@ def test_achieved_power_prices_a_confirmation_with_the_sigma_it_was_sized_with()
     # without a confirmation's own sizing (a one-look campaign), the calibration's bound prices the seeds
     p = achieved_power(goal, budget, ev, cal, [])
     assert p["power"] == pytest.approx(power_at("compare", 2, 9, 0.173, 0.188, 0.05, floor)) and p["power"] < 0.6
+
+
+def test_the_power_line_says_what_a_cannot_tell_means_only_for_a_cannot_tell_answer(ws, record, tmp_path):
+    """Issue 25: the power line said 'a "cannot tell" here is weak evidence of no effect' under conclusive
+    answers too (the real compare campaign's report, answer 8). A conclusive answer states the power its
+    runs had; the caveat stays for answers that cannot tell."""
+    from a3r.leader.calibration import Calibration
+
+    # a calibration that sized for a small effect against a large sigma: the answering runs are underpowered
+    cal = Calibration(
+        stage=1, label="bs=16", steps=4, runs=3, untrained=0.1, gain=0.8, sigma=0.3, sigma_plan=0.4, run_s=100.0,
+        visible=True, effect=0.1, seeds_per_arm=40,
+    ).model_dump(mode="json")
+
+    def power_line(name, **kw):
+        goal, budget, camp, _runs, stages = _campaign(ws, record, name=name, **kw)
+        recs = observe(ws, camp.id, goal)
+        data = build_report_data(
+            campaign=name, goal=goal, budget=budget, policy="offline", stages=stages, records=recs,
+            provenance=PROVENANCE, calibration=[cal],
+        )
+        md = open(write_report(data, recs, tmp_path / name)["markdown"]).read()
+        return data, next(line for line in md.splitlines() if line.startswith("**Power achieved:**"))
+
+    data, line = power_line("conclusive")
+    assert data.evidence.conclusive and data.power["power"] < 0.8
+    pct = f"{100 * data.power['power']:.0f}%"
+    assert line == (
+        f"**Power achieved:** the answer rests on 3 arm(s) with at least {data.power['seeds']} seed(s) each: "
+        f"{pct} power to detect an effect of 0.1."
+    )
+    # bs=1's gain, spread over seeds, cannot be placed against half of bs=16's: the answer cannot tell
+    data, line = power_line("uncertain", level={1: 0.3, 4: 0.6, 16: 0.8}, spread=0.15)
+    assert not data.evidence.conclusive and data.power["power"] < 0.8
+    assert line.endswith(
+        'power to detect an effect of 0.1, below 80%: a "cannot tell" here is weak evidence of no effect '
+        "(40 seed(s) per arm would reach 80%)."
+    )

@@ -106,3 +106,32 @@ def test_a_question_field_that_only_words_sentences_is_compared_only_when_record
     assert gs.config_mismatch({"question": q}, planned) == []
     assert gs.config_mismatch({"question": {**q, "values": [2, 4]}}, planned) == ["question"]
     assert gs.config_mismatch({"question": {**q, "alpha": 0.1}}, planned) == ["question"]
+
+
+MINIMUM_JSON = COMMITTED.with_name("real_goal_minimum.json")
+
+
+def test_the_minimum_steps_page_names_no_single_step_count_and_its_plot_draws_the_fail_margin(tmp_path):
+    """Issue 25: the committed minimum-steps page (arms of 1, 2, 4 and 8 steps) said "20 steps each", and its
+    plot had no line for the fail margin (an arm fails when its gain is shown below 50% of 8 steps' gain).
+    Analysed again from its JSON (nothing trains): the page says each arm trains its own count, and the
+    figure's right panel has the margin at half the 8-step arm's mean gain, computed here from the rows."""
+    data = json.loads(MINIMUM_JSON.read_text())
+    argv = [*shlex.split(data["command"])[2:], "--from-json", str(MINIMUM_JSON), "--out", str(tmp_path / "m")]
+    gs.main(argv)
+    md = (tmp_path / "m.md").read_text()
+    assert "each arm training its own step count (1, 2, 4, 8 steps)" in md and "20 steps" not in md
+    got = json.loads((tmp_path / "m.json").read_text())
+    for key in ANALYSIS:  # the numbers are the committed ones
+        assert got[key] == data[key], key
+    gains = [r["final"] - r["step0"] for r in data["runs"] if r["arm"] == "steps=8"]
+    expected = 0.5 * sum(gains) / len(gains)
+    fig = gs.sweep_figure(got)
+    try:
+        right = fig.axes[1]
+        (line,) = [ln for ln in right.get_lines() if ln.get_label().startswith("fail margin")]
+        assert list(line.get_ydata()) == pytest.approx([expected, expected])
+        assert line.get_label() == f"fail margin: 50% of steps=8's gain, {gs.fmt(expected)}"
+        assert line.get_label() in [t.get_text() for t in right.get_legend().get_texts()]
+    finally:
+        gs.plt.close(fig)

@@ -111,6 +111,23 @@ def test_plan_takes_the_goals_steps_and_a_studied_step_count_per_arm(tmp_path):
     assert [(r.x, r.job["swarm"]["training"]["max_steps"]) for r in runs] == [(1, 1), (2, 2), (4, 4), (8, 8)]
 
 
+def _config(tmp_path, text, budget=None):
+    budget = budget or gs.ResearchBudget()
+    goal, runs = _plan(tmp_path, text, seeds=(0,), budget=budget)
+    q = gs.sweep_question(goal, budget, {})
+    return gs.sweep_config("t", text, goal, [], budget, goal.steps or budget.steps, runs, q)
+
+
+def test_the_page_says_each_arm_trains_its_own_step_count_when_the_steps_are_studied(tmp_path):
+    """Issue 25: the minimum-steps page said "20 steps each" (the budget's default) for arms that train 1, 2, 4
+    and 8 steps. A goal that studies the steps says what varies; any other names the stage's steps."""
+    assert gs.steps_md(_config(tmp_path / "m", MINIMUM)) == "each arm training its own step count (1, 2, 4, 8 steps)"
+    text = "smallest batch size for arithmetic (2 to 8); do the training steps (4 to 32) change it?"
+    two = gs.ResearchBudget(grid_points=2, secondary_levels=2)
+    assert gs.steps_md(_config(tmp_path / "s", text, two)) == "each arm training its level's step count (4, 32 steps)"
+    assert gs.steps_md(_config(tmp_path / "c", COMPARE)) == "8 steps each (where the arm does not set its own)"
+
+
 def test_plan_grids_a_range_at_the_budgets_grid_points(tmp_path):
     budget = gs.ResearchBudget(grid_points=3)
     _goal, runs = _plan(
@@ -212,6 +229,20 @@ def test_minimum_answer_needs_its_cheaper_neighbour_shown_to_fail(tmp_path):
     ans, status, _ev = _answer(tmp_path / "b", MINIMUM, finals)
     assert (ans["value"], ans["leader"], ans["conclusive"]) == (None, 4, False)
     assert status["steps=2"] == "uncertain"
+
+
+def test_the_fail_margin_is_the_analysis_own_fraction_of_the_reference_gain(tmp_path):
+    """A minimum's arm fails when its gain is shown below 50% (MIN_EFFECT) of the reference's (8 steps):
+    the sweep records that line on the gain scale, read from the analysis, and draws it on its figure."""
+    finals = {1: [0.25, 0.26, 0.24], 2: [0.30, 0.31, 0.29], 4: [0.50, 0.52, 0.51], 8: [0.55, 0.57, 0.56]}
+    _ans, status, ev = _answer(tmp_path, MINIMUM, finals)
+    assert status["steps=2"] == "fail"  # gain 0.05, shown below the margin
+    ((margin),) = gs.fail_margins(ev)
+    assert (margin["secondary_level"], margin["fraction"], margin["reference"]) == (None, 0.5, "steps=8")
+    assert margin["gain"] == pytest.approx(0.5 * 0.31)  # half of 8 steps' mean gain over 0.25
+    # a compare has no fail margin
+    _ans, _status, ev = _answer(tmp_path / "c", COMPARE, {2: [0.40, 0.42, 0.41], 8: [0.55, 0.56, 0.57]})
+    assert gs.fail_margins(ev) == []
 
 
 def test_arm_rows_carry_the_label_and_the_interval_it_was_read_from(tmp_path):
