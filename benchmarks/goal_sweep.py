@@ -578,9 +578,10 @@ def arm_rows(ev: Evidence) -> list[dict]:
 
 
 def criteria(ev: Evidence) -> list[dict[str, Any]]:
-    """The threshold criterion on the gain scale per level (empty for other shapes)."""
+    """The threshold criterion on the gain scale per level of the second variable (empty for other shapes).
+    The level is `secondary_level`: the interval's own `level` is its confidence and would overwrite it."""
     return [
-        {"level": le.level, **le.threshold.criterion.as_dict()}
+        {"secondary_level": le.level, **le.threshold.criterion.as_dict()}
         for le in ev.levels
         if le.threshold is not None
     ]

@@ -240,6 +240,9 @@ def test_the_fail_margin_is_the_analysis_own_fraction_of_the_reference_gain(tmp_
     ((margin),) = gs.fail_margins(ev)
     assert (margin["secondary_level"], margin["fraction"], margin["reference"]) == (None, 0.5, "steps=8")
     assert margin["gain"] == pytest.approx(0.5 * 0.31)  # half of 8 steps' mean gain over 0.25
+    # the criterion row keeps both levels apart: the second variable's (none here) and the confidence
+    ((crit),) = gs.criteria(ev)
+    assert (crit["secondary_level"], crit["level"]) == (None, 0.95)
     # a compare has no fail margin
     _ans, _status, ev = _answer(tmp_path / "c", COMPARE, {2: [0.40, 0.42, 0.41], 8: [0.55, 0.56, 0.57]})
     assert gs.fail_margins(ev) == []
