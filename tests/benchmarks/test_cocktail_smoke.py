@@ -92,6 +92,7 @@ def test_every_task_gets_the_same_episodes_in_both_arms():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # real servers and training: 168-302 s in a suite beside a 2-slot sweep on 2 cores; 300 s cut one
 def test_smoke_run_trains_every_arm_writes_the_outputs_and_reuses_finished_runs(tmp_path, capsys):
     out, runs = tmp_path / "cocktail", tmp_path / "runs"
     argv = ["--smoke", "--out", str(out), "--runs", str(runs)]

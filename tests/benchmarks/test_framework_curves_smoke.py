@@ -56,6 +56,7 @@ def test_plant_spec_is_parsed_or_refused():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # real servers and training: 168-302 s in a suite beside a 2-slot sweep on 2 cores; 300 s cut one
 def test_smoke_run_coincides_across_stacks_and_reports_a_planted_difference(tmp_path):
     out = tmp_path / "fc"
     cmd = [

@@ -24,6 +24,7 @@ def test_prompts_arrive_as_groups_of_identical_calls():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # real servers and training: 168-302 s in a suite beside a 2-slot sweep on 2 cores; 300 s cut one
 def test_baseline_commit_runs_both_trees_in_children_interleaved(tmp_path):
     out = tmp_path / "gen.json"
     argv = ["--model", "tiny", "--concurrency", "4", "--group-size", "2", "--new-tokens", "4", "--threads", "1"]

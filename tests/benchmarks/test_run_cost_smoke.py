@@ -35,6 +35,7 @@ def test_smoke_run_breaks_the_wall_time_into_terms(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # real servers and training: 168-302 s in a suite beside a 2-slot sweep on 2 cores; 300 s cut one
 def test_smoke_slots_compare_one_two_thread_run_with_two_one_thread_runs(tmp_path):
     result = rc.main(["--smoke", "--slots", "--out", str(tmp_path / "slots.json")])
     one, two = (next(r for r in result["rounds"] if r["layout"] == n) for n in ("1x2", "2x1"))

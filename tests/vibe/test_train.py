@@ -50,6 +50,7 @@ def test_steps_trained_from_replayed_episodes_get_their_own_rows():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # real servers and training: 168-302 s in a suite beside a 2-slot sweep on 2 cores; 300 s cut one
 def test_a_restarted_run_logs_the_step_its_server_trained_from_the_journal_and_plays_the_next(qa_client, tmp_path):
     """The resume defect end to end: a stopped run left a full batch of accepted, untrained episodes in the
     pool journal. On restart the server trains them as step 1 by itself; the trainer waits for that,

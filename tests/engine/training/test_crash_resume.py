@@ -8,6 +8,7 @@ import os
 import signal
 import time
 
+import pytest
 import torch
 from tests_support import ADMIN_TOKEN, free_port
 from tests_support import serve_process as _serve
@@ -34,6 +35,7 @@ def _pool_ids(c: SwarmClient) -> set[str]:
     return {e["episode_id"] for e in r["episodes"]}
 
 
+@pytest.mark.timeout(900)  # real servers and training: 168-302 s in a suite beside a 2-slot sweep on 2 cores; 300 s cut one
 def test_sigkill_and_resume(tmp_path):
     run_dir = tmp_path / "run"
     port = free_port()

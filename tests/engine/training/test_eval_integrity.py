@@ -26,6 +26,7 @@ def _eval_rows(metrics: Path) -> list[dict]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # real servers and training: 168-302 s in a suite beside a 2-slot sweep on 2 cores; 300 s cut one
 def test_an_evaluation_cut_short_by_a_killed_server_is_measured_again_in_full(tmp_path, capsys):
     # long random replies: the evaluation lasts seconds, long enough to be cut
     job = tiny_train_job(steps=1, eval_size=EVAL_SIZE, max_tokens=96)

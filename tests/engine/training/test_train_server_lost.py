@@ -35,6 +35,7 @@ def _train_and_kill_once(tmp_path: Path, after_step_1: bool = True, **job_overri
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # real servers and training: 168-302 s in a suite beside a 2-slot sweep on 2 cores; 300 s cut one
 def test_a_killed_server_is_restarted_and_retrained_steps_replace_their_metrics(tmp_path):
     """Two kills in one job: first while the server still starts (before /health answers: found by the
     chaos benchmark, this ended `swarm train` with a RuntimeError traceback instead of a restart), then
