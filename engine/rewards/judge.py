@@ -114,11 +114,11 @@ class LLMJudge:
     def score(self, prompt: str, reply: str) -> JudgeVerdict:
         """The judge's grade of `reply` to `prompt`; JudgeUnavailable when it cannot grade and fallback=exclude."""
         cfg = self.cfg
-        key = grade_key(cfg.rubric, prompt, reply, cfg.model, (cfg.scale_min, cfg.scale_max))
+        messages = judge_messages(cfg, prompt, reply)
+        key = grade_key(messages, cfg.model, (cfg.scale_min, cfg.scale_max))
         if (hit := self.cache.get(key)) is not None:
             self._count("cache_hits")
             return JudgeVerdict(normalise(hit, cfg), hit, cached=True)
-        messages = judge_messages(cfg, prompt, reply)
         error = ""
         for _ in range(cfg.retries + 1):
             self._count("calls")

@@ -1,5 +1,7 @@
-"""Past judge grades in SQLite, keyed by what determines a grade: (rubric, prompt, reply, judge model,
-scale). A repeated reply (RL samples the same short answer often) is graded once.
+"""Past judge grades in SQLite, keyed by what determines a grade: the whole chat the judge sees (its
+instructions, graded examples, rubric, prompt and reply), the judge model and the scale. A repeated reply
+(RL samples the same short answer often) is graded once; a changed rubric, example or instruction is a
+new key, so a grade given under other instructions is never reused.
 
 Only parsed scores are stored; a fallback is never cached, so a judge that was down is asked again later.
 The key does not hold the endpoint: two endpoints serving the same model name share grades, so give a
@@ -17,9 +19,9 @@ from pathlib import Path
 __all__ = ["JudgeCache", "grade_key"]
 
 
-def grade_key(rubric: str, prompt: str, reply: str, model: str, scale: tuple[int, int]) -> str:
+def grade_key(messages: list[dict[str, str]], model: str, scale: tuple[int, int]) -> str:
     """The cache key of one grade: a SHA-256 over its inputs, unambiguous for any text (JSON-encoded)."""
-    raw = json.dumps([rubric, prompt, reply, model, list(scale)], ensure_ascii=False)
+    raw = json.dumps([messages, model, list(scale)], ensure_ascii=False)
     return hashlib.sha256(raw.encode()).hexdigest()
 
 

@@ -18,11 +18,39 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from engine.errors import ConfigError
 
-__all__ = ["DEFAULT_RUBRIC", "Fallback", "JudgeConfig", "ParseMode"]
+__all__ = ["DEFAULT_EXAMPLES", "DEFAULT_RUBRIC", "Fallback", "JudgeConfig", "JudgeExample", "ParseMode"]
 
 DEFAULT_RUBRIC = (
     "A good reply is one sentence that states the main point of the text, adds nothing the text does not "
     "say, and leaves out minor details."
+)
+
+
+class JudgeExample(BaseModel):
+    """One graded exchange shown to the judge before the real one (few-shot): it teaches the answer format.
+
+    `grade` is a fraction of the scale (0 the worst score, 1 the best), so the same examples serve any
+    scale_min..scale_max. Small judges need these: SmolLM2-135M, asked zero-shot, restated the rubric or
+    wrote a summary itself on all 48 calls of docs/benchmarks/judge_probes.md and never gave a score.
+    Examples show the format; they do not make a weak judge discriminate (the probes measure that)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    rubric: str = Field(..., min_length=1)
+    prompt: str = Field(..., min_length=1)
+    reply: str = Field(..., min_length=1)
+    grade: float = Field(..., ge=0.0, le=1.0, description="0: the scale's worst score, 1: its best.")
+
+
+# A text unlike the built-in summary task's (engine.tasks.summary), one good and one unrelated reply, so
+# that the examples show both ends of the scale without grading any text the judge is later asked about.
+_EXAMPLE_TEXT = ("Summarise in one sentence: A bus company added a night route to the airport so that early "
+                 "travellers can reach their flights. Tickets cost the same as by day. The first bus was full.")
+DEFAULT_EXAMPLES = (
+    JudgeExample(rubric=DEFAULT_RUBRIC, prompt=_EXAMPLE_TEXT,
+                 reply="The bus company added a night route to the airport for early travellers.", grade=8 / 9),
+    JudgeExample(rubric=DEFAULT_RUBRIC, prompt=_EXAMPLE_TEXT,
+                 reply="The mayor opened a new swimming pool in the park.", grade=1 / 9),
 )
 
 
@@ -57,6 +85,9 @@ class JudgeConfig(BaseModel):
     scale_min: int = Field(1, description="The lowest score the judge may give (reward 0).")
     scale_max: int = Field(10, description="The highest score the judge may give (reward 1).")
     parse: ParseMode = Field(ParseMode.LENIENT, description="How strictly the judge's answer is read.")
+    examples: tuple[JudgeExample, ...] = Field(
+        DEFAULT_EXAMPLES, description="Graded exchanges shown before the real one (few-shot), each its own rubric; "
+        "() asks zero-shot. The defaults grade a text unlike the built-in summaries.")
     max_tokens: int = Field(64, ge=1, description="The judge's answer budget; a score needs few tokens.")
     temperature: float = Field(0.0, ge=0.0, description="0: the same reply gets the same grade (and caching is exact).")
     # -- failure behaviour --

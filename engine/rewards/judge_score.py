@@ -11,7 +11,7 @@ import re
 
 from engine.rewards.judge_config import JudgeConfig, ParseMode
 
-__all__ = ["ScoreUnparseable", "judge_messages", "normalise", "parse_score"]
+__all__ = ["ScoreUnparseable", "example_score", "judge_messages", "normalise", "parse_score"]
 
 _NUM = r"(-?\d+(?:\.\d+)?)"
 _LABELLED = re.compile(rf"\bscore\b\s*(?:is|of)?\s*[:=]?\s*\**\s*{_NUM}(?:\s*(?:/|out of)\s*(\d+))?", re.IGNORECASE)
@@ -23,13 +23,27 @@ class ScoreUnparseable(ValueError):
     """The judge's answer holds no single in-range score; the message says why."""
 
 
+def _grading_request(rubric: str, prompt: str, reply: str) -> str:
+    return (f"Rubric: {rubric}\n\n<task>\n{prompt}\n</task>\n\n<reply>\n{reply}\n</reply>\n\n"
+            f"Grade the reply. Answer 'Score: N'.")
+
+
+def example_score(grade: float, cfg: JudgeConfig) -> int:
+    """An example's `grade` (a fraction of the scale) as an integer score on the config's scale."""
+    return cfg.scale_min + round(grade * (cfg.scale_max - cfg.scale_min))
+
+
 def judge_messages(cfg: JudgeConfig, prompt: str, reply: str) -> list[dict[str, str]]:
-    """The chat the judge sees: the rubric, the task's prompt and the reply to grade, and the answer format."""
+    """The chat the judge sees: the answer format, the config's graded examples as earlier turns, then the
+    rubric, the task's prompt and the reply to grade."""
     system = (f"You grade replies against a rubric. Answer with one line 'Score: N', N an integer from "
               f"{cfg.scale_min} (worst) to {cfg.scale_max} (best). Grade only what the rubric asks.")
-    user = (f"Rubric: {cfg.rubric}\n\n<task>\n{prompt}\n</task>\n\n<reply>\n{reply}\n</reply>\n\n"
-            f"Grade the reply. Answer 'Score: N'.")
-    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+    messages = [{"role": "system", "content": system}]
+    for ex in cfg.examples:
+        messages.append({"role": "user", "content": _grading_request(ex.rubric, ex.prompt, ex.reply)})
+        messages.append({"role": "assistant", "content": f"Score: {example_score(ex.grade, cfg)}"})
+    messages.append({"role": "user", "content": _grading_request(cfg.rubric, prompt, reply)})
+    return messages
 
 
 def _scores(pattern: re.Pattern[str], text: str, cfg: JudgeConfig) -> list[float]:

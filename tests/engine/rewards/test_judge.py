@@ -21,7 +21,9 @@ from engine.rewards import (
 )
 from engine.rewards.judge import JudgeMisconfigured
 from engine.rewards.judge_cache import JudgeCache
+from engine.rewards.judge_config import DEFAULT_EXAMPLES, JudgeExample
 from engine.rewards.judge_score import judge_messages, normalise
+from engine.tasks.summary import Summary
 from vibe.scripted_model import Reply, ScriptedModelServer
 
 KEY = "sk-judge-test-" + "k" * 20
@@ -59,7 +61,7 @@ def test_normalise_maps_the_scale_onto_0_1():
 
 def test_the_judge_sees_rubric_prompt_and_reply():
     msgs = judge_messages(CFG, "Summarise: X.", "X happened.")
-    assert CFG.rubric in msgs[1]["content"] and "Summarise: X." in msgs[1]["content"] and "X happened." in msgs[1]["content"]
+    assert CFG.rubric in msgs[-1]["content"] and "Summarise: X." in msgs[-1]["content"] and "X happened." in msgs[-1]["content"]
     assert "1" in msgs[0]["content"] and "10" in msgs[0]["content"]
 
 
@@ -96,6 +98,32 @@ def _judge(monkeypatch, url: str, **fields) -> LLMJudge:
     return LLMJudge(JudgeConfig(base_url=url, **{"model": "judge", "timeout_s": 5.0, "retries": 1, **fields}))
 
 
+def test_graded_examples_come_first_as_earlier_turns_on_the_configs_scale():
+    msgs = judge_messages(CFG, "Summarise: X.", "X happened.")
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user", "assistant", "user"]
+    assert [m["content"] for m in msgs if m["role"] == "assistant"] == ["Score: 9", "Score: 2"]
+    assert DEFAULT_EXAMPLES[0].reply in msgs[1]["content"] and DEFAULT_EXAMPLES[1].reply in msgs[3]["content"]
+    assert "X happened." in msgs[-1]["content"] and "X happened." not in "".join(m["content"] for m in msgs[:-1])
+    # the same fractions on a 1..5 scale: 1 + round(8/9 * 4) = 5 and 1 + round(1/9 * 4) = 1
+    five = CFG.model_copy(update={"scale_max": 5})
+    answers = [m["content"] for m in judge_messages(five, "p", "r") if m["role"] == "assistant"]
+    assert answers == ["Score: 5", "Score: 1"] and all(parse_score(a, five) in (1, 5) for a in answers)
+    one = JudgeExample(rubric="Be kind.", prompt="Greet me.", reply="Hello!", grade=0.5)
+    custom = judge_messages(CFG.model_copy(update={"examples": (one,)}), "p", "r")
+    assert "Be kind." in custom[1]["content"] and custom[2]["content"] == "Score: 5"  # 1 + round(4.5): Python rounds half to even
+    assert [m["role"] for m in judge_messages(CFG.model_copy(update={"examples": ()}), "p", "r")] == ["system", "user"]
+
+
+def test_examples_load_from_a_config_file_and_grade_nothing_the_summary_task_asks():
+    cfg = JudgeConfig.model_validate({"base_url": "http://127.0.0.1:9/v1", "model": "j", "examples": [
+        {"rubric": "Be kind.", "prompt": "Greet me.", "reply": "Hello!", "grade": 1.0}]})
+    assert cfg.examples[0].grade == 1.0
+    with pytest.raises(ValueError, match="less than or equal to 1"):
+        JudgeExample(rubric="r", prompt="p", reply="x", grade=1.5)
+    asked = {it.prompt for seed in (0, 1, 10000) for it in Summary().dataset(200, seed)}
+    assert not asked & {ex.prompt for ex in DEFAULT_EXAMPLES}
+
+
 def test_grades_are_cached_by_rubric_prompt_reply_and_model(monkeypatch, tmp_path):
     with ScriptedModelServer({KEY: Reply.fixed("Score: 8")}) as srv:
         judge = _judge(monkeypatch, srv.url, cache_path=str(tmp_path / "grades.sqlite"))
@@ -109,10 +137,13 @@ def test_grades_are_cached_by_rubric_prompt_reply_and_model(monkeypatch, tmp_pat
         assert not other_rubric.score("Summarise: X.", "X.").cached and srv.calls[KEY] == 4
         other_model = _judge(monkeypatch, srv.url, cache_path=str(tmp_path / "grades.sqlite"), model="judge-2")
         assert not other_model.score("Summarise: X.", "X.").cached and srv.calls[KEY] == 5
+        # a grade given under other examples (other instructions) is not reused
+        zero_shot = _judge(monkeypatch, srv.url, cache_path=str(tmp_path / "grades.sqlite"), examples=())
+        assert not zero_shot.score("Summarise: X.", "X.").cached and srv.calls[KEY] == 6
         # the SQLite file outlives the judge: a new one (a resumed run) reuses the grade
         again = _judge(monkeypatch, srv.url, cache_path=str(tmp_path / "grades.sqlite"))
-        assert again.score("Summarise: X.", "X.").cached and srv.calls[KEY] == 5
-        assert len(JudgeCache(tmp_path / "grades.sqlite")) == 5
+        assert again.score("Summarise: X.", "X.").cached and srv.calls[KEY] == 6
+        assert len(JudgeCache(tmp_path / "grades.sqlite")) == 6
 
 
 def test_unparseable_answers_are_retried_then_excluded_never_a_silent_zero(monkeypatch):
