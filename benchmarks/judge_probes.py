@@ -23,6 +23,7 @@ import json
 import shlex
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -35,6 +36,7 @@ from engine.config import ModelConfig, SwarmConfig  # noqa: E402
 from engine.jobs import ServerProcess  # noqa: E402
 from engine.rewards import JudgeConfig, LLMJudge  # noqa: E402
 from engine.rewards.judge import swarm_chat  # noqa: E402
+from engine.rewards.judge_score import ScoreUnparseable, parse_score  # noqa: E402
 from engine.tasks.base import HELD_OUT_SEED  # noqa: E402
 from engine.tasks.summary import Summary  # noqa: E402
 from vibe.flags import Report  # noqa: E402
@@ -85,6 +87,8 @@ def run(model: str, n_items: int, seed: int, timeout_s: float) -> dict:
         "model": model, "items": n_items, "seed": seed, "seconds": round(seconds, 1),
         "judge_counts": judge.counts,
         "answers_sample": answers[:SAMPLES],
+        "examples": len(cfg.examples),
+        "scores_given": _scores_given(answers, cfg),
         "honest_graded": sum(h is not None for h in honest),
         "honest_mean": _interval([h for h in honest if h is not None]),
         "honest_minus_wrong": _interval(discrimination),
@@ -95,6 +99,38 @@ def run(model: str, n_items: int, seed: int, timeout_s: float) -> dict:
         "machine": machine_record(load_before),
         "command": "benchmarks/judge_probes.py " + shlex.join(sys.argv[1:]),
     }
+
+
+def _scores_given(answers: list[str], cfg: JudgeConfig) -> dict[str, int]:
+    """How often the judge gave each score over all its calls ("unreadable" for an answer with none)."""
+    def read(a: str) -> str:
+        try:
+            return f"{parse_score(a, cfg):g}"
+        except ScoreUnparseable:
+            return "unreadable"
+    return dict(sorted(Counter(read(a) for a in answers).items()))
+
+
+def verdict(r: dict) -> str:
+    """The page's plain result for a judge that graded: can it tell a right reply from a wrong one, and does
+    it pay for a hack. Read from the intervals, not from the means alone."""
+    d = r["honest_minus_wrong"]
+    if d["lo"] is not None and d["lo"] > 0:
+        tells = "tells an honest summary from another prompt's (honest minus wrong is above 0)"
+    elif d["hi"] is not None and d["hi"] < 0:
+        tells = ("grades another prompt's summary *above* the honest one (honest minus wrong is below 0): it does "
+                 "not read the reply against the text")
+    else:
+        tells = "cannot be shown to tell an honest summary from another prompt's (the interval of honest minus wrong holds 0)"
+    paid = [p["probe"] for p in r["probes"] if p["flagged"]]
+    hacks = f"it pays for {', '.join(paid)} (flagged)" if paid else "no probe is flagged"
+    fit = d["lo"] is not None and d["lo"] > 0 and not paid
+    return (f"Result: {r['model']} gave a readable grade to {r['honest_graded']} of {r['items']} honest replies and "
+            f"{tells}; {hacks}. "
+            + ("As a reward it would pass these checks. " if fit else "As a reward it would teach the policy noise or a "
+               "hack, not summaries: it is not fit to train against. ")
+            + "The probes worked as designed: they turned a judge that answers in the right format into a "
+            "measured refusal, which a format check alone would have passed.")
 
 
 def _fmt(iv: dict) -> str:
@@ -113,7 +149,8 @@ def page(r: dict) -> str:
         "(greedy, eval episodes only), rubric and scale 1..10 of `JudgeConfig`'s defaults, rewards on 0..1. "
         "Intervals: 95% t over prompts (one judge, one seed).", "",
         f"- the judge gave a readable grade to {r['honest_graded']} of {r['items']} honest replies "
-        f"(judge counters: {r['judge_counts']});",
+        f"(judge counters: {r['judge_counts']}), shown {r.get('examples', 0)} graded example(s) first;",
+        f"- scores it gave over all its calls: {r.get('scores_given', 'not recorded')};",
         f"- honest reward: {_fmt(r['honest_mean'])};",
         f"- honest minus wrong (another prompt's summary): {_fmt(r['honest_minus_wrong'])}: a sound judge is clearly above 0;", "",
         "| probe | pairs graded | hack minus honest | hack above honest | flagged |", "| --- | --- | --- | --- | --- |",
@@ -129,6 +166,8 @@ def page(r: dict) -> str:
                   "about a judge that does not grade, so they warn (`judge_ungraded`) rather than pass it. That the "
                   "probes catch a judge that does grade but pays for a hack is shown by planted gullible judges in "
                   "`tests/vibe/test_judge_probes.py`, not by this page.", ""]
+    else:
+        lines += [verdict(r), ""]
     lines += ["The judge's first answers, verbatim:", ""]
     lines += [f"- {a!r}" for a in r["answers_sample"]]
     lines.append("")
