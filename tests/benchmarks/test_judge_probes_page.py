@@ -4,7 +4,7 @@ flagged probe are each said plainly."""
 
 from __future__ import annotations
 
-from benchmarks.judge_probes import _scores_given, verdict
+from benchmarks.judge_probes import _fmt_scores, _scores_given, verdict
 from engine.rewards import JudgeConfig
 
 
@@ -33,4 +33,6 @@ def test_an_undecided_judge_or_a_paid_hack_is_unfit():
 
 def test_scores_given_counts_readable_and_unreadable_answers():
     cfg = JudgeConfig(base_url="http://127.0.0.1:9/v1", model="j")
-    assert _scores_given(["Score: 3", "Score: 3", "7/10", "I like it"], cfg) == {"3": 2, "7": 1, "unreadable": 1}
+    given = _scores_given(["Score: 10", "Score: 3", "Score: 3", "I like it", "7/10"], cfg)
+    assert given == {"3": 2, "7": 1, "10": 1, "unreadable": 1}
+    assert _fmt_scores(given) == "3: 2, 7: 1, 10: 1, unreadable: 1"  # by score, not as strings
