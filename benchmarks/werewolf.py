@@ -67,13 +67,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--lr", type=float, default=1e-5)
     ap.add_argument("--max-tokens", type=int, default=24)
     ap.add_argument("--concurrency", type=int, default=8)
-    ap.add_argument("--smoke", action="store_true", help="tiny model, 2 seeds, 1 step, 2 held-out deals")
+    ap.add_argument("--smoke", action="store_true", help="tiny model, 2 seeds, 1 step, 2 held-out deals (flags given beside it win)")
     ap.add_argument("--out", default="docs/benchmarks/werewolf", help="writes OUT.json and OUT.md")
     ap.add_argument("--work", default="runs/werewolf-bench", help="the servers' run dirs and logs")
     args = ap.parse_args(argv)
-    if args.smoke:
-        args.model, args.seeds, args.steps, args.games, args.group, args.eval = "tiny", 2, 1, 1, 2, 2
-        args.max_tokens, args.lr, args.setups, args.max_rounds = 4, 1e-3, "3x1", 1  # ~8 calls a game
+    if args.smoke:  # the smoke's settings are defaults: a flag given beside --smoke wins (--smoke --lr 2e-3)
+        ap.set_defaults(model="tiny", seeds=2, steps=1, games=1, group=2, eval=2,
+                        max_tokens=4, lr=1e-3, setups="3x1", max_rounds=1)  # ~8 calls a game
+        args = ap.parse_args(argv)
     try:
         args.task = ww.Werewolf(tuple(tuple(int(x) for x in s.split("x")) for s in args.setups.split(",")), args.max_rounds)
     except ValueError as e:

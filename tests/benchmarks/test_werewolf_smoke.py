@@ -44,3 +44,9 @@ def test_smoke_run_trains_both_arms_and_writes_the_page(tmp_path, in_process):
     assert result["summary"]["gain_over_baseline"]["shared"]["n"] == 2
     text = out.with_suffix(".md").read_text()
     assert "shared - non-shared" in text and "| seer |" in text
+
+
+def test_a_flag_given_beside_smoke_wins_over_the_smokes_setting():
+    args = ww.parse_args(["--smoke", "--lr", "2e-3", "--seeds", "3"])
+    assert (args.model, args.lr, args.seeds, args.steps) == ("tiny", 2e-3, 3, 1)
+    assert ww.parse_args(["--smoke"]).lr == 1e-3
