@@ -19,6 +19,13 @@ Power: each interval's half-width is the smallest effect that many seeds can tel
 says so beside it; one seed's win rate over K held-out games also carries binomial noise sqrt(p(1-p)/K).
 Seeds vary the training deals and the sampling streams (task ids); the model's weights and the held-out
 deals are the same in every run, so the untrained baseline is measured once.
+
+Resuming (a run spread over sessions): each finished run is saved in `WORK/ARM-sSEED/result.json`, the
+baseline in `WORK/baseline.json`, with the settings that shape it (OUTCOME_SETTINGS, --concurrency included).
+The same command with the same `--work` reuses what is finished, trains the rest (a run dir without
+result.json, a killed run, is emptied and trained from the start), and with nothing left starts no server;
+a result saved under other settings is refused, never mixed in. `wall_s` is this invocation's; each run
+keeps the wall of the session that trained it.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import json
 import math
 import random
 import shlex
+import shutil
 import sys
 import time
 from collections import Counter
@@ -40,9 +48,10 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from a3r.analysis.stats import t_interval  # noqa: E402
-from benchmarks.common import loadavg, machine_record  # noqa: E402
+from benchmarks.common import git, loadavg, machine_record  # noqa: E402
 from engine.client import EpisodeGroup, SwarmClient  # noqa: E402
 from engine.config import SwarmConfig  # noqa: E402
+from engine.fsutil import atomic_write_text  # noqa: E402
 from engine.jobs import ServerProcess  # noqa: E402
 from engine.tasks import werewolf as ww  # noqa: E402
 from engine.tasks.base import split_items  # noqa: E402
@@ -51,6 +60,16 @@ from engine.teams.train import AgentServer, ServerFactory  # noqa: E402
 
 ARMS = ("shared", "non-shared")
 OTHER = {Side.VILLAGE: Side.WEREWOLVES, Side.WEREWOLVES: Side.VILLAGE}
+# The arguments that change a run's outcome, saved with its result and compared before it is reused.
+# --concurrency is one: the pool orders a step's batch by arrival and the trainer cuts it in that order into
+# mini-batches, and concurrent requests decode batched (logits rounded with their neighbours), so the number
+# of games in flight changes what trains together. Not --seeds (the seed is in the run's name), --out, --work.
+OUTCOME_SETTINGS = ("model", "side", "steps", "games", "group", "eval", "setups", "max_rounds", "lr", "max_tokens",
+                    "concurrency")
+# The baseline (greedy games of the untrained model on the held-out deals) does not depend on training.
+BASELINE_SETTINGS = ("model", "side", "eval", "setups", "max_rounds", "max_tokens", "concurrency")
+RESULT = "result.json"  # in each run dir
+BASELINE = "baseline.json"  # in --work
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -67,13 +86,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--lr", type=float, default=1e-5)
     ap.add_argument("--max-tokens", type=int, default=24)
     ap.add_argument("--concurrency", type=int, default=8)
-    ap.add_argument("--smoke", action="store_true", help="tiny model, 2 seeds, 1 step, 2 held-out deals")
+    ap.add_argument("--smoke", action="store_true", help="tiny model, 2 seeds, 1 step, 2 held-out deals (flags given beside it win)")
     ap.add_argument("--out", default="docs/benchmarks/werewolf", help="writes OUT.json and OUT.md")
     ap.add_argument("--work", default="runs/werewolf-bench", help="the servers' run dirs and logs")
     args = ap.parse_args(argv)
-    if args.smoke:
-        args.model, args.seeds, args.steps, args.games, args.group, args.eval = "tiny", 2, 1, 1, 2, 2
-        args.max_tokens, args.lr, args.setups, args.max_rounds = 4, 1e-3, "3x1", 1  # ~8 calls a game
+    if args.smoke:  # the smoke's settings are defaults: a flag given beside --smoke wins (--smoke --lr 2e-3)
+        ap.set_defaults(model="tiny", seeds=2, steps=1, games=1, group=2, eval=2,
+                        max_tokens=4, lr=1e-3, setups="3x1", max_rounds=1)  # ~8 calls a game
+        args = ap.parse_args(argv)
     try:
         args.task = ww.Werewolf(tuple(tuple(int(x) for x in s.split("x")) for s in args.setups.split(",")), args.max_rounds)
     except ValueError as e:
@@ -110,6 +130,66 @@ def start_server(cfg: SwarmConfig, run_dir: Path, factory: ServerFactory) -> tup
         srv.stop()
         raise
     return srv, client
+
+
+def settings(args: argparse.Namespace, keys: tuple[str, ...] = OUTCOME_SETTINGS) -> dict[str, Any]:
+    """The arguments named by `keys`, as they read back from JSON."""
+    return json.loads(json.dumps({k: getattr(args, k) for k in keys}))
+
+
+def save(path: Path, keys: dict[str, Any], result: dict) -> None:
+    """Write a finished result with the settings it ran under, whole or not at all (a kill mid-write leaves
+    no half file that a rerun would take for finished)."""
+    atomic_write_text(path, json.dumps({"settings": keys, "result": result}, indent=2))
+
+
+def saved(path: Path, keys: dict[str, Any]) -> tuple[dict | None, list[str]]:
+    """The result saved at `path` and [] when its settings are `keys`; (None, the settings that differ, each
+    with both values) when it was saved under others; (None, []) when there is none."""
+    if not path.exists():
+        return None, []
+    try:
+        record = json.loads(path.read_text())
+        theirs, result = record["settings"], record["result"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise SystemExit(f"{path} is not a result this benchmark saved ({e!r}): delete it to redo that run") from e
+    diff = [f"{k} ({theirs.get(k)!r} there, {keys.get(k)!r} now)" for k in sorted(set(theirs) | set(keys))
+            if theirs.get(k) != keys.get(k)]
+    return (None, diff) if diff else (result, [])
+
+
+def finished(args: argparse.Namespace, root: Path) -> tuple[dict | None, dict[tuple[str, int], dict]]:
+    """The baseline and the runs (arm, seed) already finished in `root` under these settings. Refuses, before
+    anything starts, every result saved under other settings: reusing it would report them under this command."""
+    refused = []
+    baseline, diff = saved(root / BASELINE, settings(args, BASELINE_SETTINGS))
+    if diff:
+        refused.append(f"{root / BASELINE}: {', '.join(diff)}")
+    runs = {}
+    for seed in range(args.seeds):
+        for arm in ARMS:
+            run, diff = saved(root / f"{arm}-s{seed}" / RESULT, settings(args))
+            if diff:
+                refused.append(f"{root / f'{arm}-s{seed}'}: {', '.join(diff)}")
+            elif run is not None:
+                runs[(arm, seed)] = run
+    if refused:
+        raise SystemExit(f"{root} holds results saved under other settings:\n  " + "\n  ".join(refused) + "\n"
+                         "Nothing was started. Pass another --work, or delete what is named above to redo it with "
+                         "these settings.")
+    return baseline, runs
+
+
+def fresh_dir(run_dir: Path) -> None:
+    """Empty a server's run dir before a new run: a killed run leaves its pool journal (episodes that a new
+    server replays into its pool and trains on), metrics.jsonl and any checkpoints (a server resumes from
+    checkpoints/latest). Refuses a non-empty folder that does not look like a server's run dir."""
+    if not run_dir.exists():
+        return
+    if any(run_dir.iterdir()) and not any((run_dir / f).exists() for f in ("swarm_config.yaml", "server.log")):
+        raise SystemExit(f"{run_dir} is in the way of a server's run dir and is not one (no swarm_config.yaml, "
+                         "no server.log): pass another --work, or move it")
+    shutil.rmtree(run_dir)
 
 
 def play_fixed_opponent(trained: SwarmClient, fixed: SwarmClient, side: Side, items: list, group: int,
@@ -166,12 +246,15 @@ def game_stats(results: list[GameResult], side: Side) -> dict[str, Any]:
 
 def train_arm(args: argparse.Namespace, arm: str, seed: int, fixed: SwarmClient, held: list, root: Path,
               factory: ServerFactory) -> dict:
-    """One arm of one seed: train from the untrained model, then evaluate against the fixed opponent."""
+    """One arm of one seed: train from the untrained model in an emptied run dir, then evaluate against the
+    fixed opponent; the result is saved in the run dir (RESULT) with its settings."""
     side = Side(args.side)
     train_items, _ = split_items(args.task, args.games * args.steps, args.eval, seed)
     sampling = {"temperature": 1.0, "max_tokens": args.max_tokens}
     batch = args.games * (len(Side) if arm == "shared" else 1)  # GRPO groups per step
-    srv, client = start_server(server_config(args, root / f"{arm}-s{seed}", batch), root / f"{arm}-s{seed}", factory)
+    run_dir = root / f"{arm}-s{seed}"
+    fresh_dir(run_dir)
+    srv, client = start_server(server_config(args, run_dir, batch), run_dir, factory)
     curve, t0 = [], time.monotonic()
     try:
         for step in range(args.steps):
@@ -190,7 +273,10 @@ def train_arm(args: argparse.Namespace, arm: str, seed: int, fixed: SwarmClient,
     finally:
         client.close()
         srv.stop()
-    return {"arm": arm, "seed": seed, "train_win_rate": curve, "after": after, "wall_s": time.monotonic() - t0}
+    result = {"arm": arm, "seed": seed, "train_win_rate": curve, "after": after, "wall_s": time.monotonic() - t0,
+              "git_commit": git("rev-parse", "HEAD")}
+    save(run_dir / RESULT, settings(args), result)
+    return {**result, "reused": False}
 
 
 def interval(values: list[float]) -> dict[str, Any]:
@@ -248,9 +334,20 @@ def page(result: dict) -> str:
         "", f"Seer's finds per game: baseline {result['baseline']['seer_finds_per_game']:.3f}, "
         + ", ".join(f"{arm} {rate(v)}" for arm, v in s["seer_finds_per_game"].items()) + ".", "",
         f"Machine: {result['machine']['platform']}, {result['machine']['cpu_count']} CPUs, load before "
-        f"{result['machine']['loadavg_before']}, after {result['machine']['loadavg_after']}; wall {result['wall_s']:.0f} s.",
+        f"{result['machine']['loadavg_before']}, after {result['machine']['loadavg_after']}; {_wall(result)}",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _wall(result: dict) -> str:
+    """The wall of this invocation, and when it reused earlier results, that it is not theirs."""
+    reused = sum(r.get("reused", False) for r in result["runs"])
+    if not reused and not result.get("baseline_reused"):
+        return f"wall {result['wall_s']:.0f} s."
+    what = f"{reused} of {len(result['runs'])} runs" + (" and the baseline" if result.get("baseline_reused") else "")
+    return (f"wall {result['wall_s']:.0f} s for this invocation only: it reused {what}, finished earlier with the "
+            "same settings (`--work`), whose walls and load are not in it. Each run's own training wall is "
+            "`wall_s` in the JSON, from the session that trained it.")
 
 
 def main(argv: list[str] | None = None, server_factory: ServerFactory = server_process) -> dict:
@@ -260,16 +357,30 @@ def main(argv: list[str] | None = None, server_factory: ServerFactory = server_p
     load_before, t0 = loadavg(), time.monotonic()
     side = Side(args.side)
     _, held = split_items(args.task, 0, args.eval, 0)
-    fixed_srv, fixed = start_server(server_config(args, root / "fixed", 1), root / "fixed", server_factory)
-    try:
-        baseline = game_stats(evaluate(fixed, fixed, side, held, args.max_tokens, args.concurrency), side)
-        runs = [train_arm(args, arm, seed, fixed, held, root, server_factory) for seed in range(args.seeds) for arm in ARMS]
-    finally:
-        fixed.close()
-        fixed_srv.stop()
+    baseline, done = finished(args, root)
+    baseline_reused = baseline is not None
+    if baseline_reused:
+        print(f"baseline: reused {root / BASELINE} (saved under the same settings)", file=sys.stderr)
+    runs = {k: {**r, "reused": True} for k, r in done.items()}
+    for arm, seed in runs:
+        print(f"{arm} seed {seed}: reused the finished run in {root / f'{arm}-s{seed}'} (same settings)", file=sys.stderr)
+    todo = [(arm, seed) for seed in range(args.seeds) for arm in ARMS if (arm, seed) not in runs]
+    if baseline is None or todo:  # with everything finished, no server starts: only the page is rewritten
+        fresh_dir(root / "fixed")
+        fixed_srv, fixed = start_server(server_config(args, root / "fixed", 1), root / "fixed", server_factory)
+        try:
+            if baseline is None:
+                baseline = game_stats(evaluate(fixed, fixed, side, held, args.max_tokens, args.concurrency), side)
+                save(root / BASELINE, settings(args, BASELINE_SETTINGS), baseline)
+            for arm, seed in todo:
+                runs[(arm, seed)] = train_arm(args, arm, seed, fixed, held, root, server_factory)
+        finally:
+            fixed.close()
+            fixed_srv.stop()
+    runs = [runs[(arm, seed)] for seed in range(args.seeds) for arm in ARMS]
     result = {
         "args": {k: v for k, v in vars(args).items() if k != "task"}, "command": shlex.join(["python", "benchmarks/werewolf.py", *(argv or sys.argv[1:])]),
-        "baseline": baseline, "runs": runs, "summary": summarise(runs, baseline),
+        "baseline": baseline, "baseline_reused": baseline_reused, "runs": runs, "summary": summarise(runs, baseline),
         "machine": machine_record(load_before), "wall_s": time.monotonic() - t0,
     }
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,7 @@
 """benchmarks/werewolf.py runs end to end on the tiny model (2 seeds, both arms, one step each), so the
-script that compares shared and non-shared parameters cannot rot unnoticed; and its summary finds a
-planted gain and no gain where none was planted. Checks structure and statistics, never speed."""
+script that compares shared and non-shared parameters cannot rot unnoticed; it resumes (a rerun reuses
+finished runs, retrains a killed one, refuses results of other settings); and its summary finds a planted
+gain and no gain where none was planted. Checks structure and statistics, never speed."""
 
 from __future__ import annotations
 
@@ -44,3 +45,69 @@ def test_smoke_run_trains_both_arms_and_writes_the_page(tmp_path, in_process):
     assert result["summary"]["gain_over_baseline"]["shared"]["n"] == 2
     text = out.with_suffix(".md").read_text()
     assert "shared - non-shared" in text and "| seer |" in text
+
+
+def test_a_flag_given_beside_smoke_wins_over_the_smokes_setting():
+    args = ww.parse_args(["--smoke", "--lr", "2e-3", "--seeds", "3"])
+    assert (args.model, args.lr, args.seeds, args.steps) == ("tiny", 2e-3, 3, 1)
+    assert ww.parse_args(["--smoke"]).lr == 1e-3
+
+
+def test_a_result_saved_under_other_settings_is_refused_before_any_server_starts(tmp_path):
+    """A finished run of --lr 1e-3 is not reused by a command of --lr 2e-3: the message names lr, both values,
+    the folder and the fix, and no server starts."""
+    work = tmp_path / "runs"
+    (work / "non-shared-s1").mkdir(parents=True)
+    ww.save(work / "non-shared-s1" / ww.RESULT, ww.settings(ww.parse_args(["--smoke"])), {"arm": "non-shared", "seed": 1})
+
+    def no_server(run_dir):
+        raise AssertionError(f"a server started for {run_dir}")
+
+    with pytest.raises(SystemExit) as refused:
+        ww.main(["--smoke", "--lr", "2e-3", "--out", str(tmp_path / "werewolf"), "--work", str(work)], no_server)
+    message = str(refused.value)
+    assert "lr (0.001 there, 0.002 now)" in message and str(work / "non-shared-s1") in message
+    assert "another --work" in message and "delete" in message
+    assert "max_tokens" not in message  # only the settings that differ
+    assert not (tmp_path / "werewolf.json").exists()
+
+
+@pytest.mark.slow
+def test_a_rerun_reuses_finished_runs_and_retrains_only_a_killed_one(tmp_path, in_process):
+    """The smoke run once; the same command again starts no server and reports the same results, marked reused;
+    a changed --lr is refused; a run dir without result.json (a killed run) is emptied and trained again alone."""
+    started = []
+
+    def counting(run_dir):
+        started.append(run_dir.name)
+        return in_process(run_dir)
+
+    out, work = tmp_path / "werewolf", tmp_path / "runs"
+    argv = ["--smoke", "--out", str(out), "--work", str(work)]
+    first = ww.main(argv, counting)
+    assert sorted(started) == ["fixed", "non-shared-s0", "non-shared-s1", "shared-s0", "shared-s1"]
+    assert not first["baseline_reused"] and not any(r["reused"] for r in first["runs"])
+
+    started.clear()
+    again = ww.main(argv, counting)
+    assert started == []  # nothing trained, not even the fixed opponent's server
+    assert again["baseline_reused"] and all(r["reused"] for r in again["runs"])
+    drop = lambda runs: [{k: v for k, v in r.items() if k != "reused"} for r in runs]  # noqa: E731
+    assert drop(again["runs"]) == drop(first["runs"]) and again["baseline"] == first["baseline"]
+    assert again["summary"] == first["summary"]
+    assert json.loads(out.with_suffix(".json").read_text())["runs"][0]["reused"] is True
+    assert "reused 4 of 4 runs and the baseline" in out.with_suffix(".md").read_text()
+
+    with pytest.raises(SystemExit, match=r"lr \(0.001 there, 0.002 now\)"):
+        ww.main([*argv, "--lr", "2e-3"], counting)
+    assert started == []
+
+    killed = work / "shared-s1"
+    (killed / ww.RESULT).unlink()
+    (killed / "stale-checkpoint").write_text("from the killed run")
+    third = ww.main(argv, counting)
+    assert sorted(started) == ["fixed", "shared-s1"]
+    assert not (killed / "stale-checkpoint").exists() and (killed / ww.RESULT).exists()
+    assert {(r["arm"], r["seed"]): r["reused"] for r in third["runs"]} == {
+        ("shared", 0): True, ("non-shared", 0): True, ("shared", 1): False, ("non-shared", 1): True}
+    assert third["baseline_reused"]
