@@ -303,17 +303,21 @@ def main() -> None:
     items = precheck_items(args.precheck_prompts, test_ids)
     excluded = test_ids | {it.id for it in items}
 
-    warm = {seed: {a: warm_start(a, seed, args, runs_root, excluded) for a in AGENTS} for seed in args.seeds}
+    # The pre-check reads only the first seed's warm starts: it runs before the other seeds' (10-15 CPU-min
+    # each on 2 cores) are paid for, and --precheck-only never pays for them.
+    first = args.seeds[0]
+    warm = {first: {a: warm_start(a, first, args, runs_root, excluded) for a in AGENTS}}
     t_pre = time.time()
-    result = precheck({a: warm[args.seeds[0]][a][0] for a in AGENTS}, items, args)
-    result.update(seed=args.seeds[0], wall_s=time.time() - t_pre, command=shlex.join(["python", "benchmarks/hacpo_pair.py", *sys.argv[1:]]),
-                  machine=machine_record(load_before), sft={a: info for a, (_, info) in warm[args.seeds[0]].items()})
+    result = precheck({a: warm[first][a][0] for a in AGENTS}, items, args)
+    result.update(seed=first, wall_s=time.time() - t_pre, command=shlex.join(["python", "benchmarks/hacpo_pair.py", *sys.argv[1:]]),
+                  machine=machine_record(load_before), sft={a: info for a, (_, info) in warm[first].items()})
     Path(f"{out}_precheck.json").write_text(json.dumps(result, indent=2, default=str))
     print("\n".join(precheck_lines(result)), flush=True)
     if not result["passed"]:
         raise SystemExit("pre-check refused this setting: no RL run started (see above for why and what to change)")
     if args.precheck_only:
         return
+    warm.update({seed: {a: warm_start(a, seed, args, runs_root, excluded) for a in AGENTS} for seed in args.seeds[1:]})
 
     runs, compute_s = {}, sum(info["wall_s"] for seed in warm.values() for _, info in seed.values())
     for seed in args.seeds:

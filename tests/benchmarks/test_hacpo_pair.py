@@ -55,3 +55,26 @@ def test_every_method_runs_the_same_pair_on_the_same_prompts_and_ablations_set_o
     assert not jobs["hacpo-no-omega"].team.hacpo.omega_modulation and base.omega_modulation
     assert (jobs["hacpo-alpha0"].team.hacpo.alpha, base.alpha, jobs["hacpo-alpha3"].team.hacpo.alpha) == (0.0, 1.0, 3.0)
     assert jobs["hacpo-alpha3"].team.hacpo.model_dump(exclude={"alpha"}) == base.model_dump(exclude={"alpha"})
+
+
+@pytest.mark.parametrize("flags, passed", [(["--precheck-only"], True), ([], False)])
+def test_the_precheck_pays_only_for_the_first_seeds_warm_starts(monkeypatch, tmp_path, flags, passed):
+    """Each warm start costs 10-15 CPU-minutes of SmolLM2 on 2 cores: --precheck-only, or a refused pre-check,
+    must not have paid for the other seeds' (it once warmed all five before reading seed 0's)."""
+    warmed = []
+
+    def warm_start(agent, seed, args, runs_root, excluded):
+        warmed.append((agent, seed))
+        return tmp_path / f"{agent}{seed}", {"wall_s": 0.0}
+
+    monkeypatch.setattr(hp, "warm_start", warm_start)
+    monkeypatch.setattr(hp, "precheck", lambda models, items, args: {"passed": passed, "models": sorted(map(str, models.values()))})
+    monkeypatch.setattr(hp, "precheck_lines", lambda result: [])
+    argv = ["hacpo_pair.py", "--seeds", "3", "1", "2", "--out", str(tmp_path / "out"), "--runs", str(tmp_path / "runs"), *flags]
+    monkeypatch.setattr("sys.argv", argv)
+    if passed:
+        hp.main()
+    else:
+        with pytest.raises(SystemExit, match="pre-check refused"):
+            hp.main()
+    assert warmed == [("add", 3), ("sub", 3)]
