@@ -2,9 +2,11 @@
 spend compute where it cannot.
 
 Setting, fixed before any RL result (docs/benchmarks/hacpo_pair.md says why): two SmolLM2-135M-Instruct
-agents from the same weights, each supervised (the registry's `nll` loss) on worked answers of one
-operation of `column_arithmetic` -- `add` on additions, `sub` on subtractions -- so they share a base and the
-answer format (they overlap) but each is weaker on the other's operation (they differ). The task's answers
+agents from the same weights, each supervised (the registry's `nll` loss) on worked answers of
+`column_arithmetic` skewed to one operation -- `add` 3 of 4 items additions, `sub` 3 of 4 subtractions
+(`--own-share`) -- so they share a base, the answer format and both operations (they overlap) but each is
+stronger on its own (they differ). Warm starts on one operation only (`--own-share 1`, the first choice) were
+refused by the pre-check: each forgot the other operation and no cross sample came near the band. The task's answers
 are tens of tokens of column work ("Ones: 7 + 8 = 15, write 5 carry 1. Tens: 4 + 3 + 1 = 8. Answer: 85"),
 so a fixed disagreement D about an answer costs only D/L per token: s = exp(-D/L) can land in [lo, 1].
 Mini-batches hold a whole step's own samples (B x G), so the cross samples are mini-batch m = 1 (lo 0.825).
@@ -37,6 +39,7 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -60,7 +63,15 @@ from engine.training.supervised import supervise  # noqa: E402
 
 TASK = "column_arithmetic"
 PRECHECK_SEED = 30_000  # the pre-check's prompts: their own stream, none of them a test item
-AGENTS = {"add": "+", "sub": "-"}  # agent -> the operation it is warm-started on
+AGENTS = {"add": ("+", "-"), "sub": ("-", "+")}  # agent -> (its own operation, the other one)
+
+
+def warm_ops(agent: str, own_share: float) -> str:
+    """The `ops` string of `agent`'s warm-start stream: its own operation on `own_share` of the items, the
+    other on the rest (WorkedArithmetic draws one character of the string per item). 1.0: its own only."""
+    own, other = AGENTS[agent]
+    share = Fraction(own_share).limit_denominator(20)
+    return own * share.numerator + other * (share.denominator - share.numerator)
 # method name -> (team.method, team.hacpo overrides): the baselines and the paper's ablations
 METHODS: dict[str, tuple[str, dict]] = {
     "hacpo": ("hacpo", {}),
@@ -82,10 +93,11 @@ COMPARISONS = (
 def warm_start(agent: str, seed: int, args, runs_root: Path, excluded_ids: set[str]) -> tuple[Path, dict]:
     """`args.model` supervised on worked answers of `agent`'s operation, skipping the test and pre-check
     items; one folder per setting and exclusion so a changed setting never reuses other weights."""
-    name = f"{agent}-seed{seed}-{args.sft_steps}x{args.sft_batch}-lr{args.sft_lr:g}-excl{args.eval_size}+{args.precheck_prompts}"
+    own = "" if args.own_share == 1 else f"-own{args.own_share:g}"
+    name = f"{agent}{own}-seed{seed}-{args.sft_steps}x{args.sft_batch}-lr{args.sft_lr:g}-excl{args.eval_size}+{args.precheck_prompts}"
     out = runs_root / "sft" / name
     n = 4 * args.sft_steps * args.sft_batch
-    stream = [it for it in WorkedArithmetic(ops=AGENTS[agent]).dataset(n, 5_000 + seed) if it.id not in excluded_ids]
+    stream = [it for it in WorkedArithmetic(ops=warm_ops(agent, args.own_share)).dataset(n, 5_000 + seed) if it.id not in excluded_ids]
     info = supervise(
         ModelConfig(name=args.model), [(it.id, it.prompt, it.extra["worked"]) for it in stream], out,
         steps=args.sft_steps, batch=args.sft_batch, lr=args.sft_lr, seed=seed, shuffle=False,
@@ -273,6 +285,8 @@ def main() -> None:
     ap.add_argument("--model", default="smollm2-135m", help="both agents' base model")
     ap.add_argument("--sft-steps", type=int, default=120)
     ap.add_argument("--sft-batch", type=int, default=8)
+    ap.add_argument("--own-share", type=float, default=0.75,
+                    help="share of its own operation in an agent's warm-start items (1: only its own)")
     ap.add_argument("--sft-lr", type=float, default=5e-5)
     ap.add_argument("--steps", type=int, default=20, help="RL steps per run")
     ap.add_argument("--batch", type=int, default=8, help="prompts per step (B)")
@@ -292,6 +306,8 @@ def main() -> None:
     ap.add_argument("--runs", default="runs/hacpo_pair")
     ap.add_argument("--smoke", action="store_true", help="tiny models and sizes: checks the pipeline in minutes")
     args = ap.parse_args()
+    if not 0.5 < args.own_share <= 1:
+        ap.error(f"--own-share {args.own_share:g}: give a share in (0.5, 1]; 0.5 would warm both agents on the same mix")
     if args.smoke:
         args.model, args.sft_steps, args.sft_batch, args.steps, args.batch, args.group = "tiny", 2, 4, 1, 2, 2
         args.mini_batch, args.eval_size, args.max_tokens, args.seeds = 4, 2, 16, args.seeds[:1]

@@ -78,3 +78,10 @@ def test_the_precheck_pays_only_for_the_first_seeds_warm_starts(monkeypatch, tmp
         with pytest.raises(SystemExit, match="pre-check refused"):
             hp.main()
     assert warmed == [("add", 3), ("sub", 3)]
+
+
+def test_warm_start_streams_are_skewed_to_each_agents_own_operation():
+    assert hp.warm_ops("add", 0.75) == "+++-" and hp.warm_ops("sub", 0.75) == "---+"
+    assert hp.warm_ops("add", 1.0) == "+" and hp.warm_ops("sub", 2 / 3) == "--+"
+    ops = [it.prompt for it in hp.WorkedArithmetic(ops=hp.warm_ops("add", 0.75)).dataset(400, 1)]
+    assert 0.65 < sum("+" in p for p in ops) / len(ops) < 0.85  # 3 of 4 additions, drawn per item
