@@ -255,6 +255,43 @@ def _fmt(iv: dict | None, sign: str = "") -> str:
     return f"{iv['mean']:{sign}.3f} [{iv['lo']:{sign}.3f}, {iv['hi']:{sign}.3f}] (n={iv['n']}, ±{iv['half_width']:.3f})"
 
 
+def _learned(iv: dict | None, untrained: float | None) -> bool | None:
+    """Did an arm move above the untrained accuracy, by its interval (or, with identical values over seeds,
+    by its value)? None when there is nothing to compare."""
+    if iv is None or untrained is None:
+        return None
+    return (iv["lo"] if iv["half_width"] is not None else iv["mean"]) > untrained
+
+
+def verdict(summary: dict[str, dict[str, Any]]) -> list[str]:
+    """One plain sentence per task, read from the intervals: did each arm learn the task at all, and is the
+    cocktail shown behind, ahead of, or no different from the specialist, with the smallest gap the seeds
+    could have shown."""
+    out = []
+    for t, row in summary.items():
+        u = row["untrained_mean"]
+        learned = {arm: _learned(row[arm], u) for arm in (SPECIALIST, COCKTAIL)}
+        if not any(learned.values()):
+            out.append(f"**{t}**: neither arm is shown above the untrained {u:.3f}: the task was not learned at this "
+                       "scale, so it says nothing about the mix." if u is not None else f"**{t}**: no results.")
+            continue
+        who = " and ".join(f"the {arm}" for arm, ok in learned.items() if ok)
+        d = row["cocktail_minus_specialist"]
+        if d is None:
+            gap = "no seed finished in both arms"
+        elif d["half_width"] is None:
+            gap = f"the two arms differ by {d['mean']:+.3f} in every seed (no interval)"
+        elif d["hi"] < 0:
+            gap = f"the cocktail is behind the specialist by {-d['mean']:.3f} [{-d['hi']:.3f}, {-d['lo']:.3f}]"
+        elif d["lo"] > 0:
+            gap = f"the cocktail is ahead of the specialist by {d['mean']:.3f} [{d['lo']:.3f}, {d['hi']:.3f}]"
+        else:
+            gap = (f"no difference is shown ({d['mean']:+.3f}, interval holds 0), but with n={d['n']} only a gap "
+                   f"larger than {d['half_width']:.3f} could have shown")
+        out.append(f"**{t}**: learned by {who} (above the untrained {u:.3f}); {gap}.")
+    return out
+
+
 def page(result: dict[str, Any]) -> str:
     """The benchmark page: question, command, settings, fairness rule, the table, the split checks."""
     a, s = result["args"], result["summary"]
@@ -270,6 +307,15 @@ def page(result: dict[str, Any]) -> str:
         f"episodes in both arms (the same total, {k * a['steps'] * a['batch'] * a['group']}, on both sides). lr {a['lr']}, "
         f"temperature {a['temperature']}, max_tokens {a['max_tokens']} per call; {a['eval_size']} held-out items per "
         "task, greedy.", "",
+        "Design. Fairness: the same episodes per task in both arms (hence the same total, optimizer steps and "
+        "sampled tokens); B, G, lr, mini-batches and sampling are the same everywhere, so an arm differs only in "
+        "what shares the batch. (The other reading, each specialist getting as many episodes as the whole "
+        "cocktail, would mostly measure three times the exposure.) Pairing: seed k is the job's seed and the "
+        "model's in every arm, and the engine draws each task's training problems from one per-task stream, so "
+        "the cocktail and the specialist of a seed train on the same problems in the same order (checked below). "
+        "Held-out items: the engine's per-task held-out set, removed from every training stream (counted below). "
+        "`calculator` is multi-turn: up to 4 calls per episode, tool calls answered by a calculator. "
+        "Resumable: a finished run under `--runs` is reused, a run dir of other settings refused.", "",
         "| task | untrained | specialist | cocktail | cocktail - specialist (paired by seed) |",
         "| --- | --- | --- | --- | --- |",
     ]
@@ -279,6 +325,8 @@ def page(result: dict[str, Any]) -> str:
     lines += [
         "", "Held-out accuracy after training, mean and 95% t interval over seeds (± its half-width: the smallest "
         "effect these seeds could show). A difference whose interval holds 0 is no difference at this scale.", "",
+        "Result, task by task (read from the intervals):", "",
+        *(f"- {line}" for line in verdict(s)), "",
         "Checks: " + "; ".join(
             f"{t}: {c['training_items_in_held_out']} training problems in its {c['held_out_items']} held-out items, "
             f"{'the same' if c['same_training_items_both_arms'] else 'NOT the same'} training problems in both arms"

@@ -119,3 +119,21 @@ def test_smoke_run_trains_every_arm_writes_the_outputs_and_reuses_finished_runs(
     assert capsys.readouterr().out.count("finished") == 8
     with pytest.raises(SystemExit, match="other settings"):
         ck.main([*argv, "--temperature", "0.5"])  # same run dirs, another setting: refused, not reused
+
+
+def test_the_verdict_reads_each_task_from_its_intervals():
+    specialist = [0.60, 0.70, 0.50, 0.65]
+    s = ck.summarise({
+        "arithmetic": _tab([x - 0.2 + e for x, e in zip(specialist, [0.01, -0.01, 0.02, -0.02], strict=True)], specialist),
+        "countdown": _tab([x + e for x, e in zip(specialist, [0.02, -0.03, 0.01, -0.01], strict=True)], specialist),
+        "calculator": _tab([0.25] * 4, [0.25] * 4),  # the untrained 0.25 in both arms: nothing learned
+    })
+    lines = dict(zip(s, ck.verdict(s), strict=True))
+    assert "cocktail is behind the specialist by 0.200" in lines["arithmetic"]
+    assert "no difference is shown" in lines["countdown"]
+    half = s["countdown"]["cocktail_minus_specialist"]["half_width"]
+    assert f"larger than {half:.3f}" in lines["countdown"]
+    assert "neither arm is shown above the untrained 0.250" in lines["calculator"]
+    # an arm whose interval reaches down to the untrained level is not called learned
+    wide = ck.summarise({"arithmetic": _tab([0.2, 0.9], [0.3, 0.35])})
+    assert "neither arm" in ck.verdict(wide)[0]
