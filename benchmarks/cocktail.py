@@ -314,8 +314,9 @@ def page(result: dict[str, Any]) -> str:
         "model's in every arm, and the engine draws each task's training problems from one per-task stream, so "
         "the cocktail and the specialist of a seed train on the same problems in the same order (checked below). "
         "Held-out items: the engine's per-task held-out set, removed from every training stream (counted below). "
-        "`calculator` is multi-turn: up to 4 calls per episode, tool calls answered by a calculator. "
-        "Resumable: a finished run under `--runs` is reused, a run dir of other settings refused.", "",
+        + ("`calculator` is multi-turn: up to 4 calls per episode, tool calls answered by a calculator. "
+           if "calculator" in a["tasks"] else "")
+        + "Resumable: a finished run under `--runs` is reused, a run dir of other settings refused.", "",
         "| task | untrained | specialist | cocktail | cocktail - specialist (paired by seed) |",
         "| --- | --- | --- | --- | --- |",
     ]
