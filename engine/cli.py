@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
 
     s = sub.add_parser("serve", help="host one trainable model behind an OpenAI-compatible endpoint")
     s.add_argument("--config", help="SwarmConfig YAML (defaults: tiny model, GRPO)")
-    s.add_argument("--model", help="override model.name (tiny, smollm2-135m, a HF dir or .gguf)")
+    s.add_argument("--model", help="override model.name (tiny, smollm2-135m, gemma3-270m, a HF dir or .gguf)")
     s.add_argument("--run-dir", help="checkpoints, metrics and the pool journal; reuse it to resume")
     s.add_argument(
         "--backend", choices=["torch", "vllm", "verl"], help="override backend (vllm: one CUDA host; see docs/engine.md)"

@@ -23,7 +23,7 @@ class _Frozen(BaseModel):
 
 
 class ModelConfig(_Frozen):
-    name: str = Field("tiny", description="Built-in name (`tiny`, `smollm2-135m`), a local HF directory or a .gguf file.")
+    name: str = Field("tiny", description="Built-in name (`tiny`, `tiny-bytes`, `smollm2-135m`, `gemma3-270m`), a local HF directory or a .gguf file.")
     dtype: Literal["float32", "bfloat16", "float16"] = Field(
         "float32", description="Weights dtype. float32 on CPU; bfloat16 halves memory on GPUs."
     )

