@@ -22,7 +22,8 @@ setup: $(STAMP)
 # browser download is not used); without it those tests skip and say how to install it.
 # bubblewrap: `vibe` runs every client's code in a bwrap sandbox (no network, read-only host); without it
 # `vibe check` refuses to call a client checked.
-$(STAMP): pyproject.toml
+# The stamp depends on this Makefile too: a package added to the lines below reaches existing venvs.
+$(STAMP): pyproject.toml Makefile
 	@if ! command -v bwrap >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; fi
 	@if ! command -v sshd >/dev/null 2>&1 && [ ! -x /usr/sbin/sshd ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
