@@ -5,7 +5,10 @@
   a reply that names nobody valid is None, which every game counts as an abstention. `tally` is plurality,
   and a tie (or no valid vote) picks nobody.
 - Speakers: a game asks `speak(key, prompt)` for every move; `openai_speaker` answers over OpenAI clients,
-  one (client, model) per key, so a key selects whose episode (and model) a call lands in.
+  one (client, model) per key, so a key selects whose episode (and model) a call lands in. A prompt is one
+  user message, or a player's whole conversation (OpenAI messages): a game that keeps one per player sends
+  each call as the last one extended, so the server's token merging folds a player's calls into one
+  training sample instead of one per call (each re-sending the game so far).
 - Episode groups: `play_grouped` plays games as EpisodeGroups (key -> server) that commit on every server or
   none, with one task id per key, so keys served by one shared model still form their own GRPO groups.
 """
@@ -25,8 +28,8 @@ from typing import Any, TypeVar
 from engine.client import Episode, EpisodeGroup, SwarmClient
 
 __all__ = [
-    "FIRST", "LAST", "Mode", "Player", "Speak", "episode_speaker", "full_names", "openai_speaker", "parse_vote",
-    "play_grouped", "roster", "side_clients", "tally",
+    "FIRST", "LAST", "Mode", "Player", "Prompt", "Speak", "as_messages", "episode_speaker", "full_names",
+    "openai_speaker", "parse_vote", "play_grouped", "roster", "side_clients", "tally",
 ]
 
 FIRST = ["Ada", "Bruno", "Chen", "Dara", "Emil", "Farah", "Goran", "Hana", "Ivo", "Jun", "Kemal", "Lena",
@@ -85,16 +88,23 @@ def roster(players: list[Player]) -> str:
 
 
 K = TypeVar("K", bound=Hashable)
-# speak(key, prompt) -> reply: the key selects whose model answers (its episode)
-Speak = Callable[[Any, str], str]
+# speak(key, prompt) -> reply: the key selects whose model answers (its episode); the prompt is one user
+# message or a conversation
+Prompt = str | list[dict[str, str]]
+Speak = Callable[[Any, Prompt], str]
+
+
+def as_messages(prompt: Prompt) -> list[dict[str, str]]:
+    """A prompt as OpenAI chat messages: a string is one user message, a conversation is itself."""
+    return [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
 
 
 def openai_speaker(llms: Mapping[Any, tuple[Any, str]], sampling: dict[str, Any]) -> Speak:
     """speak() over OpenAI clients: key -> (client, model name)."""
 
-    def speak(key: Any, prompt: str) -> str:
+    def speak(key: Any, prompt: Prompt) -> str:
         llm, model = llms[key]
-        out = llm.chat.completions.create(model=model, messages=[{"role": "user", "content": prompt}], **sampling)
+        out = llm.chat.completions.create(model=model, messages=as_messages(prompt), **sampling)
         return out.choices[0].message.content or ""
 
     return speak

@@ -3,7 +3,7 @@
 Rules. N players: W werewolves (who know each other), one seer, the rest villagers. Each round:
 - Night: every living werewolf names a living non-werewolf; the plurality is killed (a tie, or no valid
   name, kills nobody). The seer names one other living player and privately learns whether it is a
-  werewolf: the answer goes into the seer's own prompts only, never into the public transcript.
+  werewolf: the answer goes into the seer's own conversation only, never into the public transcript.
 - Day: the night's death is announced (roles are never revealed); every living player says one sentence
   (discussion, in seat order); then every living player votes for another living player. The plurality
   is eliminated; a tie (or no valid vote) eliminates nobody.
@@ -22,6 +22,12 @@ werewolf rewards naming everyone in turn; speaking at length rewards length).
 Seats. Names, ids and seats are dealt at random from the item's deal seed: the items of a data set (and
 the held-out items, which never overlap them) are all different deals, and the G games of one GRPO group
 replay the same deal, so their advantages compare the policy on the same game.
+
+Prompts. Every player keeps one conversation with its model for the whole game (`Memory`): its first turn
+tells it the game, its name and its role; each later turn only what happened since its last one, then the
+question; its replies stay in the conversation as its own turns. Each call re-sends the previous one
+extended, so the server's token merging folds a player's calls into one training sample; a prompt per
+call that restated the game so far cost 17.5 samples per side and game, each re-sending the transcript.
 
 Sides are the trainable roles (`roles`): the village (seer and villagers, one episode per game) and the
 werewolves (one episode per game). A side's moves all land in its episode, and its reward is the outcome.
@@ -144,31 +150,55 @@ def winner(players: list[Player]) -> Side | None:
     return None
 
 
-def _private(p: Player, players: list[Player], findings: list[str]) -> str:
-    """What only `p` knows: its role, fellow werewolves, or the seer's findings."""
+def _role_line(p: Player, players: list[Player]) -> str:
+    """What only `p` knows from the deal: its role and, for a werewolf, the rest of the pack."""
     if p.role is Role.WEREWOLF:
         pack = [q.name for q in players if q.role is Role.WEREWOLF and q is not p]
         return "You are secretly a werewolf" + (f", with {', '.join(pack)}." if pack else ".")
     if p.role is Role.SEER:
-        return "You are the seer. What you saw: " + (" ".join(findings) or "nothing yet.")
+        return "You are the seer: each night you inspect one player and learn whether it is a werewolf."
     return "You are a villager."
 
 
-def _head(p: Player, players: list[Player], findings: list[str], rnd: int, log: list[str]) -> str:
-    so_far = "\n".join(log[-12:]) or "(nothing yet)"
-    return (f"Game 'Werewolf'. You are {p.name} ({p.pid}). Round {rnd}. {_private(p, players, findings)}\n"
-            f"So far:\n{so_far}\n")
+@dataclass
+class Memory:
+    """One player's conversation with its model. Each turn appends what the player has not been told yet
+    (the public lines since its last turn, a seer's new findings) and the question, then its reply, so
+    every call re-sends the previous one extended: the server merges a player's calls into one sample."""
+
+    messages: list[dict[str, str]] = field(default_factory=list)
+    heard: int = 0  # public log lines already told
+    told: int = 0  # the seer's findings already told
+
+    def news(self, p: Player, players: list[Player], findings: list[str], rnd: int, log: list[str]) -> str:
+        parts = [] if self.messages else [f"Game 'Werewolf'. You are {p.name} ({p.pid}). {_role_line(p, players)}"]
+        if p.role is Role.SEER and (seen := findings[self.told:]):
+            parts.append("What you saw: " + " ".join(seen))
+        lines = log[self.heard:]
+        heading = "Since your last turn:" if self.messages else "So far:"
+        parts.append(f"Round {rnd}. {heading}\n" + ("\n".join(lines) if lines else "(nothing new)"))
+        self.heard, self.told = len(log), len(findings)
+        return "\n".join(parts) + "\n"
 
 
 def play(setup: Setup, speak: Speak, rng: random.Random) -> GameResult:
-    """Play one game to its end; every model call goes through `speak(role, prompt)`."""
+    """Play one game to its end; every model call goes through `speak(role, conversation)`, the asking
+    player's conversation so far (see Memory)."""
     players = deal(setup, rng)
     log: list[str] = []
     findings: list[str] = []  # the seer's private notes
+    memories = {p.pid: Memory() for p in players}
     res = GameResult(Side.WEREWOLVES, 0, log)
 
-    def ask(p: Player, prompt: str, candidates: list[Player]) -> Player | None:
-        target = parse_vote(speak(p.role, prompt), candidates, p)
+    def say(p: Player, rnd: int, question: str) -> str:
+        mem = memories[p.pid]
+        mem.messages.append({"role": "user", "content": mem.news(p, players, findings, rnd, log) + question})
+        reply = speak(p.role, list(mem.messages))  # a copy: the caller may keep what it was sent
+        mem.messages.append({"role": "assistant", "content": reply})
+        return reply
+
+    def ask(p: Player, rnd: int, question: str, candidates: list[Player]) -> Player | None:
+        target = parse_vote(say(p, rnd, question), candidates, p)
         res.moves[p.role] += 1
         res.invalid[p.role] += target is None
         return target
@@ -178,13 +208,13 @@ def play(setup: Setup, speak: Speak, rng: random.Random) -> GameResult:
         alive = [p for p in players if p.alive]
         prey = [p for p in alive if p.role is not Role.WEREWOLF]
         wolf_targets = [
-            ask(p, _head(p, players, findings, rnd, log) + f"It is night. Living villagers: {social.roster(prey)}.\n"
+            ask(p, rnd, f"It is night. Living villagers: {social.roster(prey)}.\n"
                 "Which one do the werewolves kill? Answer with one name.", prey)
             for p in alive if p.role is Role.WEREWOLF
         ]
         seer = next((p for p in alive if p.role is Role.SEER), None)
         seer_target = None if seer is None else ask(
-            seer, _head(seer, players, findings, rnd, log) + f"It is night. Living players: {social.roster(alive)}.\n"
+            seer, rnd, f"It is night. Living players: {social.roster(alive)}.\n"
             "Whom do you inspect? Answer with one name.", alive)
         done = night(players, wolf_targets, seer_target)
         if done.inspected is not None:
@@ -197,11 +227,10 @@ def play(setup: Setup, speak: Speak, rng: random.Random) -> GameResult:
             return res
         alive = [p for p in players if p.alive]
         for p in alive:  # discussion: every living player speaks once
-            text = " ".join(speak(p.role, _head(p, players, findings, rnd, log)
-                                  + "It is day. Say one short sentence to the village.").split())[:200]
+            text = " ".join(say(p, rnd, "It is day. Say one short sentence to the village.").split())[:200]
             log.append(f"{p.name}: {text}")
         votes = [
-            ask(p, _head(p, players, findings, rnd, log) + f"Living players: {social.roster(alive)}.\n"
+            ask(p, rnd, f"Living players: {social.roster(alive)}.\n"
                 "Whom do you vote to eliminate? Answer with one player's name.", alive)
             for p in alive
         ]
@@ -214,7 +243,7 @@ def play(setup: Setup, speak: Speak, rng: random.Random) -> GameResult:
 
 
 def side_speaker(speak: Speak) -> Speak:
-    """speak(role, prompt) over a speaker keyed by side value: a role's moves go to its side's episode."""
+    """speak(role, conversation) over a speaker keyed by side value: a role's moves go to its side's episode."""
     return lambda role, prompt: speak(role.side.value, prompt)
 
 

@@ -90,15 +90,20 @@ def test_an_invalid_vote_names_nobody_it_may_vote_for():
 
 
 def _scripted(setup: Setup, seed: int, vote):
-    """speak() for the game dealt from `seed`: every question names `vote(players, role, prompt)`;
-    every speech is 'hello'. Returns it with the recorded (role, prompt) calls and the players."""
+    """speak() for the game dealt from `seed`: every question names `vote(players, role, question)`;
+    every speech is 'hello'. Returns it with the recorded (role, conversation text) calls, the players and
+    the conversations as sent."""
     players = deal(setup, random.Random(seed))
     calls: list[tuple[Role, str]] = []
+    sent: list[list[dict[str, str]]] = []
 
-    def speak(role: Role, prompt: str) -> str:
-        calls.append((role, prompt))
-        return vote(players, role, prompt) if "Answer with" in prompt else "hello"
+    def speak(role: Role, messages: list[dict[str, str]]) -> str:
+        sent.append(messages)
+        calls.append((role, "\n".join(m["content"] for m in messages)))
+        question = messages[-1]["content"]
+        return vote(players, role, question) if "Answer with" in question else "hello"
 
+    speak.sent = sent
     return speak, calls, players
 
 
@@ -123,6 +128,27 @@ def test_the_seer_finds_the_werewolf_in_private_and_the_village_votes_it_out():
     wolf_prompts = [prompt for r, prompt in calls if r is W]
     assert all("secretly a werewolf" in prompt for prompt in wolf_prompts)
     assert not any("secretly a werewolf" in prompt for r, prompt in calls if r is not W)
+
+
+def test_each_player_keeps_one_conversation_that_every_call_extends():
+    """A player's next call re-sends its last one, reply included, plus one user turn: what the server's
+    token merging needs to fold the player's calls into one sample. The first turn says who it is."""
+    speak, calls, players = _scripted(Setup(7, 2, max_rounds=2), 8, lambda players, role, q: "I pass")
+    play(Setup(7, 2, max_rounds=2), speak, random.Random(8))
+    by_player: dict[str, list[list[dict[str, str]]]] = {}
+    for messages in speak.sent:
+        first = messages[0]["content"]
+        who = next(p.pid for p in players if f"You are {p.name} ({p.pid})" in first)
+        by_player.setdefault(who, []).append(messages)
+    assert len(by_player) == 7 and sum(map(len, by_player.values())) == len(speak.sent)
+    for convs in by_player.values():
+        for before, after in zip(convs, convs[1:], strict=False):
+            assert after[: len(before)] == before
+            assert after[len(before)] == {"role": "assistant", "content": "hello" if "Say one" in before[-1]["content"] else "I pass"}
+            assert len(after) == len(before) + 2 and after[-1]["role"] == "user"
+    # what a player is told is not repeated: the night-1 line reaches each conversation once
+    for convs in by_player.values():
+        assert sum(m["content"].count("Night 1:") for m in convs[-1] if m["role"] == "user") == 1
 
 
 def test_invalid_moves_are_abstentions_counted_and_the_werewolves_outlast_the_rounds():
@@ -179,6 +205,9 @@ def test_swarm_train_task_werewolf_trains_both_sides_of_one_shared_model(tmp_pat
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     step = next(m for m in metrics if "pg_loss" in m)
     assert step["episodes"] == 4  # one game x two sides (their own GRPO groups) x group size 2
+    # each player's calls merge into one sample: at most one per seat of the two games (7 seats at most),
+    # where a prompt per call gave one per call (about 35 per game)
+    assert step["samples"] <= 2 * 7
     evals = {k: m[k] for m in metrics for k in m if k.startswith("eval_accuracy/")}
     assert set(evals) == {"eval_accuracy/village", "eval_accuracy/werewolves"}
     assert evals["eval_accuracy/village"] + evals["eval_accuracy/werewolves"] == 1.0  # zero-sum, self-play
