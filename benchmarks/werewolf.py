@@ -107,9 +107,6 @@ def server_config(args: argparse.Namespace, run_dir: Path, batch: int) -> SwarmC
     small = args.model == "tiny"
     return SwarmConfig.model_validate({
         "model": {"name": args.model}, "run_dir": str(run_dir),
-        # every player's calls re-send its conversation so far: prefill only what is new (changes rounding
-        # only; docs/engine.md, "Prefix caching")
-        "inference": {"prefix_cache_mib": 256},
         "pool": {"batch_size": batch, "group_size": args.group},
         "training": {"max_steps": args.steps, "lr": args.lr, "mini_batch_size": 4 if small else 16,
                      "micro_batch_size": 2 if small else 4, "checkpoint_every": 0, "final_checkpoint": False},
