@@ -8,8 +8,16 @@ consumed once its step is checkpointed, so a crashed server can rebuild exactly 
 accepted but not yet trained on.
 
 Journal records, one JSON object per line: `add` (an accepted episode), `trained` and `discard` (seqs
-that left for good), `prepare`, `commit` and `abort` (episode groups, below), and, written only by a
-compaction, `seq` (the next sequence number, first) and `group` (a decided group).
+that left for good; `trained` also names its step), `prepare`, `commit` and `abort` (episode groups,
+below), and, written only by a compaction, `seq` (the next sequence number and the last trained step,
+first) and `group` (a decided group).
+
+Stale episodes. An episode waiting in the pool was sampled by the weights of the last trained step (or
+later ones). A restart that resumes from an earlier step (checkpoints off, so it begins from the initial
+model; a checkpoint lost) cannot reproduce those weights: training on their episodes would mix another
+run's policy into this one (off-policy samples whose recorded log-probs no longer match, and a rerun that
+differs from an uninterrupted one). `drop_stale(step)` discards them, and aborts groups still in doubt,
+when the journal's last trained step is past the step the model resumes from.
 
 Episode groups (two-phase commit, see engine.pool.groups) journal `prepare` (the finished episode, outside
 the pool), then `commit` (the seqs it takes in the pool) or `abort`; a replay restores prepared groups as
@@ -71,6 +79,8 @@ class SamplePool:
         self._records = 0  # episode and group records in the journal file (all lines but the `seq` header)
         self._last_write: Future[None] = _done()
         self.discarded = 0
+        self.trained_step = 0  # the last step whose batch is durably consumed (`mark_trained`)
+        self.stale_dropped = 0  # episodes `drop_stale` discarded
         self.group_table = GroupTable()
         # The record and write of each group's deciding commit/abort, for repeats (pruned once durable).
         self._decisions: dict[str, tuple[dict, Future[None]]] = {}
@@ -225,14 +235,32 @@ class SamplePool:
         written.add_done_callback(_log_failure)
         return written
 
-    def mark_trained(self, batch: list[EpisodeResult]) -> Future[None]:
-        """Record durably that a batch's step is checkpointed; those episodes will not be replayed."""
+    def mark_trained(self, batch: list[EpisodeResult], step: int) -> Future[None]:
+        """Record durably that a batch's step is checkpointed (or, checkpoints off, consumed) through
+        `step`; those episodes will not be replayed."""
         for e in batch:
             self._taken.pop(e.seq, None)
-        written = self._append({"op": "trained", "seqs": [e.seq for e in batch]})
+        self.trained_step = max(self.trained_step, step)
+        written = self._append({"op": "trained", "seqs": [e.seq for e in batch], "step": step})
         written.add_done_callback(_log_failure)
         self._maybe_compact()
         return written
+
+    def drop_stale(self, resume_step: int) -> int:
+        """Discard what a restart at `resume_step` cannot train on (module docstring, "Stale episodes"):
+        every pooled episode, and every group in doubt (aborted, so a late commit is refused), when the
+        journal's last trained step is past `resume_step`. Returns the episodes discarded."""
+        if self.trained_step <= resume_step:
+            return 0
+        pooled = [e for g in self._groups.values() for e in g]
+        if pooled:
+            self._remove(pooled, op="discard")
+        doubtful = self.group_table.in_doubt()
+        dropped = len(pooled) + sum(len(self.group_table.episodes(g)) for g in doubtful)
+        for g in doubtful:
+            self.abort_group(g)
+        self.stale_dropped += dropped
+        return dropped
 
     def restore(self, batch: list[EpisodeResult]) -> None:
         """Put a batch back (its training step failed), keeping arrival order."""
@@ -283,7 +311,7 @@ class SamplePool:
             return
         pooled = [e for g in self._groups.values() for e in g]
         episodes = sorted([*pooled, *self._taken.values()], key=lambda e: e.seq)
-        records: list[dict] = [{"op": "seq", "next": self._next_seq}]
+        records: list[dict] = [{"op": "seq", "next": self._next_seq, "trained_step": self.trained_step}]
         records += [
             {"op": "group", "group": g, "state": state.value, "outcomes": [[m.episode_id, m.accepted, m.reason] for m in outcomes]}
             for g, state, outcomes in decided
@@ -305,6 +333,7 @@ class SamplePool:
                 elif op in ("trained", "discard"):
                     for s in rec["seqs"]:
                         live.pop(s, None)
+                    self.trained_step = max(self.trained_step, int(rec.get("step", 0)))  # older journals: none
                 elif op == "prepare":
                     self.group_table.prepare(rec["group"], EpisodeResult.from_dict(rec["episode"]))
                 elif op == "commit":
@@ -321,6 +350,7 @@ class SamplePool:
                     pass  # history for the audit: the batch comes back unless a `trained` mark follows
                 elif op == "seq":
                     self._next_seq = max(self._next_seq, int(rec["next"]))
+                    self.trained_step = max(self.trained_step, int(rec.get("trained_step", 0)))
                     continue  # a header, not an episode record
                 else:
                     raise ValueError(f"unknown op {op!r}")

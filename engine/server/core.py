@@ -158,6 +158,13 @@ class SwarmServer:
         self.backend = backend
         self._token_chars = token_chars
         self.episodes = EpisodeRegistry(cfg.episodes.idle_timeout_s, cfg.episodes.total_timeout_s)
+        if stale := pool.drop_stale(backend.global_step):
+            log.warning(
+                "discarded %d episode(s) from the journal: they were sampled after step %d, and this start "
+                "resumes from step %d (%s), whose weights cannot have sampled them",
+                stale, pool.trained_step, backend.global_step,
+                "checkpoints are off" if cfg.training.checkpoint_every == 0 else "no checkpoint holds that step",
+            )
         self.pool = pool
         self._uncheckpointed = []
         self.sm.transition(ServerState.ROLLING)
@@ -686,7 +693,8 @@ class SwarmServer:
             # Otherwise the journal would replay every episode ever accepted, and keep them all.
             wrote = await asyncio.to_thread(backend.checkpoint)
             if wrote or self.config.training.checkpoint_every == 0:
-                self.pool.mark_trained(self._uncheckpointed)  # written in order, after every add it names
+                # written in order, after every add it names
+                self.pool.mark_trained(self._uncheckpointed, backend.global_step)
                 self._uncheckpointed = []
             t_end = time.perf_counter()
             # The run-cost breakdown (benchmarks/run_cost.py): the update, the checkpoint write, their sum.
@@ -729,6 +737,7 @@ class SwarmServer:
             "target_tasks": pc.batch_size,
             "group_size": pc.group_size,
             "discarded_degenerate": self.pool.discarded,
+            "discarded_stale": self.pool.stale_dropped,
             "by_client": self.pool.episodes_by_client(),
             "held": self.pool.held_indices(),
         }

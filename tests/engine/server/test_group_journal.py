@@ -50,7 +50,7 @@ def test_a_trained_committed_group_is_not_replayed(tmp_path):
     pool.commit_group("grp-trained")
     batch = [e for g in pool.groups.values() for e in g]
     pool.take(batch)
-    pool.mark_trained(batch)
+    pool.mark_trained(batch, 1)
     assert ids(SamplePool(journal)) == []
 
 
@@ -77,7 +77,7 @@ def _train_away(pool: SamplePool, task: str, n: int) -> None:
         pool.add(ep(f"{task}-{k}", task))
         batch = list(pool.groups[task])
         pool.take(batch)
-        pool.mark_trained(batch)
+        pool.mark_trained(batch, 1)
 
 
 def test_compaction_keeps_every_group_a_restart_must_know(tmp_path):
@@ -176,3 +176,36 @@ def test_a_record_whose_fsync_failed_is_cut_back_and_never_replayed(tmp_path, mo
     assert path.read_bytes() == acknowledged
     assert journal.append({"op": "b"}).exception() is None
     assert PoolJournal(path).read() == [{"op": "a"}, {"op": "b"}]
+
+
+@pytest.mark.parametrize("compact_after", [2048, 2])  # the trained step survives a compaction's rewrite too
+def test_a_restart_before_the_last_trained_step_drops_what_later_weights_sampled(tmp_path, compact_after):
+    """Checkpoints off: step 1 trained and consumed, then step 2's episodes pooled and a group in doubt,
+    then a crash. A restart from the initial model (step 0) has not the weights that sampled them, so they
+    go, durably, and the group is aborted (a late commit is refused); a restart at step 1 keeps them."""
+    journal = tmp_path / "pool.journal.jsonl"
+    pool = SamplePool(journal, compact_after=compact_after)
+    for k in range(2):
+        pool.add(ep(f"s1-{k}", task="s1"))
+    batch = [e for g in pool.groups.values() for e in g]
+    pool.take(batch)
+    pool.mark_trained(batch, 1)
+    pool.add(ep("s2-0", task="s2"))
+    pool.prepare("grp-late000", ep("g-0"))
+    pool.close()
+    if compact_after == 2:
+        assert '"op": "seq"' in journal.read_text().splitlines()[0]
+
+    kept = SamplePool(journal)
+    assert kept.trained_step == 1 and ids(kept) == ["s2-0"]
+    assert kept.drop_stale(1) == 0 and ids(kept) == ["s2-0"] and kept.group_table.in_doubt() == ["grp-late000"]
+    kept.close()
+
+    restarted = SamplePool(journal)
+    assert restarted.drop_stale(0) == 2 and restarted.stale_dropped == 2 and ids(restarted) == []
+    with pytest.raises(GroupConflict):
+        restarted.commit_group("grp-late000")
+    restarted.close()
+    again = SamplePool(journal)
+    assert ids(again) == [] and again.group_table.state("grp-late000") is GroupState.ABORTED
+    assert again.trained_step == 1 and again.drop_stale(0) == 0  # nothing left to drop

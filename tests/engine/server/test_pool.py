@@ -75,7 +75,7 @@ def test_journal_replays_accepted_but_untrained_episodes(tmp_path):
         pool.add(ep(f"t{i % 2}", float(i), eid=f"e{i}"))
     batch = pool.select("task_count", batch_size=1, group_size=2).batch
     pool.take(batch)
-    pool.mark_trained(batch)
+    pool.mark_trained(batch, 1)
     pool.add(ep("t5", 1.0, eid="late"))
     # crash: a torn final line from an append that never returned to the client
     with open(j, "a") as f:
@@ -120,7 +120,7 @@ def test_the_journal_is_compacted_without_any_checkpoint(tmp_path):
         batch = pool.select("task_count", batch_size=1, group_size=2).batch
         pool.take(batch)
         if step != 38:  # step 38's batch is taken, its step not yet durable
-            pool.mark_trained(batch)
+            pool.mark_trained(batch, step + 1)
         assert len(j.read_text().splitlines()) <= 2 + 5 + 1  # dead records, live episodes, the seq header
     lines = j.read_text().splitlines()
     assert not any("s39" in line for line in lines)  # the last trained batch is compacted away too

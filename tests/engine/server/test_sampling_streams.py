@@ -60,7 +60,7 @@ def test_the_pool_reports_pooled_and_untrained_taken_episodes_and_replays_their_
     replayed = SamplePool(tmp_path / "j.jsonl")
     assert replayed.held_indices() == {"s0:0": [0, 1], "s1:0": [0]}
     replayed.take(eps[:2])
-    replayed.mark_trained(eps[:2])  # checkpointed: no longer held
+    replayed.mark_trained(eps[:2], 1)  # checkpointed: no longer held
     assert replayed.held_indices() == {"s1:0": [0]}
     replayed.close()
 
