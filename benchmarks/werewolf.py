@@ -20,6 +20,12 @@ says so beside it; one seed's win rate over K held-out games also carries binomi
 Seeds vary the training deals and the sampling streams (task ids); the model's weights and the held-out
 deals are the same in every run, so the untrained baseline is measured once.
 
+Cost on a 2-core CPU (a pilot, 2026-12-03, under load 4-5, so an upper bound): with the earlier prompt per
+call, one shared step of 4 deals x 4 games took 23 min of rollouts and over 18 min of training (560
+samples, 198k tokens: each call re-sent the transcript). Players now keep one conversation, whose calls
+merge into one sample each; the rollout time of that format is not measured yet. So the defaults (5 seeds
+x 2 arms x 20 steps) are days of CPU here: choose and state a smaller size before the first result.
+
 Resuming (a run spread over sessions): each finished run is saved in `WORK/ARM-sSEED/result.json`, the
 baseline in `WORK/baseline.json`, with the settings that shape it (OUTCOME_SETTINGS, --concurrency included).
 The same command with the same `--work` reuses what is finished, trains the rest (a run dir without
