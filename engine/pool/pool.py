@@ -333,7 +333,8 @@ class SamplePool:
                 elif op in ("trained", "discard"):
                     for s in rec["seqs"]:
                         live.pop(s, None)
-                    self.trained_step = max(self.trained_step, int(rec.get("step", 0)))  # older journals: none
+                    if op == "trained" and "step" in rec:  # journals written before steps were recorded: none
+                        self.trained_step = max(self.trained_step, int(rec["step"]))
                 elif op == "prepare":
                     self.group_table.prepare(rec["group"], EpisodeResult.from_dict(rec["episode"]))
                 elif op == "commit":

@@ -171,6 +171,7 @@ class Memory:
     told: int = 0  # the seer's findings already told
 
     def news(self, p: Player, players: list[Player], findings: list[str], rnd: int, log: list[str]) -> str:
+        """The next user turn's news, up to the question; from now on it counts as told."""
         parts = [] if self.messages else [f"Game 'Werewolf'. You are {p.name} ({p.pid}). {_role_line(p, players)}"]
         if p.role is Role.SEER and (seen := findings[self.told:]):
             parts.append("What you saw: " + " ".join(seen))
