@@ -85,3 +85,19 @@ def test_warm_start_streams_are_skewed_to_each_agents_own_operation():
     assert hp.warm_ops("add", 1.0) == "+" and hp.warm_ops("sub", 2 / 3) == "--+"
     ops = [it.prompt for it in hp.WorkedArithmetic(ops=hp.warm_ops("add", 0.75)).dataset(400, 1)]
     assert 0.65 < sum("+" in p for p in ops) / len(ops) < 0.85  # 3 of 4 additions, drawn per item
+
+
+def test_the_report_gives_each_seeds_in_band_share_per_learner():
+    # Seed 1's `add` learner gets few cross samples in the band, `sub` all of them: a pooled mean over seeds
+    # and learners would hide that, the per-seed table must not. GSPO exchanges nothing: no share at all.
+    def run(after, band):
+        steps = {a: [{"step": i + 1, "cross_in_band_frac": b} for i, b in enumerate(bs)] for a, bs in band.items()}
+        return {"after": after, "steps": steps}
+
+    runs = {
+        (1, "hacpo"): run({"add": 0.9, "sub": 0.8}, {"add": [0.25, 0.35], "sub": [1.0, 0.9]}),
+        (1, "gspo"): run({"add": 0.85, "sub": 0.7}, {"add": [], "sub": []}),
+    }
+    lines = hp.per_seed_lines(["add", "sub"], ["hacpo", "gspo"], [1], runs)
+    assert "| 1 | hacpo | 0.900 | 0.800 | 0.30 | 0.95 |" in lines
+    assert "| 1 | gspo | 0.850 | 0.700 | - | - |" in lines
