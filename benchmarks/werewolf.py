@@ -13,18 +13,16 @@ model in both seats, on the same deals), with t intervals over seeds; the paired
 non-shared; and per role (werewolf, seer, villager) the share of invalid moves (abstentions), with the
 seer's finds per game.
 
-    .venv/bin/python benchmarks/werewolf.py --seeds 5 --steps 20 --out docs/benchmarks/werewolf
+    python benchmarks/werewolf.py --out docs/benchmarks/werewolf_results
+
+The defaults are the size docs/benchmarks/werewolf.md states and why (3 seeds, 6 steps of 2 deals x 4 games,
+games of 5-6 players, 24 held-out deals, every server with a 2 GiB prefix cache, which
+benchmarks/werewolf_rollout.py measured side by side with none): hours of CPU, not days.
 
 Power: each interval's half-width is the smallest effect that many seeds can tell from zero, and the page
 says so beside it; one seed's win rate over K held-out games also carries binomial noise sqrt(p(1-p)/K).
 Seeds vary the training deals and the sampling streams (task ids); the model's weights and the held-out
 deals are the same in every run, so the untrained baseline is measured once.
-
-Cost on a 2-core CPU (a pilot, 2026-12-03, under load 4-5, so an upper bound): with the earlier prompt per
-call, one shared step of 4 deals x 4 games took 23 min of rollouts and over 18 min of training (560
-samples, 198k tokens: each call re-sent the transcript). Players now keep one conversation, whose calls
-merge into one sample each; the rollout time of that format is not measured yet. So the defaults (5 seeds
-x 2 arms x 20 steps) are days of CPU here: choose and state a smaller size before the first result.
 
 Resuming (a run spread over sessions): each finished run is saved in `WORK/ARM-sSEED/result.json`, the
 baseline in `WORK/baseline.json`, with the settings that shape it (OUTCOME_SETTINGS, --concurrency included).
@@ -71,9 +69,10 @@ OTHER = {Side.VILLAGE: Side.WEREWOLVES, Side.WEREWOLVES: Side.VILLAGE}
 # mini-batches, and concurrent requests decode batched (logits rounded with their neighbours), so the number
 # of games in flight changes what trains together. Not --seeds (the seed is in the run's name), --out, --work.
 OUTCOME_SETTINGS = ("model", "side", "steps", "games", "group", "eval", "setups", "max_rounds", "lr", "max_tokens",
-                    "concurrency")
+                    "concurrency", "prefix_cache_mib")
 # The baseline (greedy games of the untrained model on the held-out deals) does not depend on training.
-BASELINE_SETTINGS = ("model", "side", "eval", "setups", "max_rounds", "max_tokens", "concurrency")
+# The prefix cache is in both: a cached prefix's KV was computed in another pass shape (float rounding).
+BASELINE_SETTINGS = ("model", "side", "eval", "setups", "max_rounds", "max_tokens", "concurrency", "prefix_cache_mib")
 RESULT = "result.json"  # in each run dir
 BASELINE = "baseline.json"  # in --work
 
@@ -82,18 +81,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--side", choices=[s.value for s in Side], default=Side.VILLAGE.value, help="the side trained")
-    ap.add_argument("--seeds", type=int, default=5)
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--games", type=int, default=4, help="deals per step")
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--games", type=int, default=2, help="deals per step")
     ap.add_argument("--group", type=int, default=4, help="games per deal (the GRPO group size)")
-    ap.add_argument("--eval", type=int, default=48, help="held-out deals")
-    ap.add_argument("--setups", default="5x1,6x1,7x2", help="game shapes dealt: PLAYERSxWEREWOLVES, comma-separated")
+    ap.add_argument("--eval", type=int, default=24, help="held-out deals")
+    ap.add_argument("--setups", default="5x1,6x1", help="game shapes dealt: PLAYERSxWEREWOLVES, comma-separated")
     ap.add_argument("--max-rounds", type=int, default=3)
     ap.add_argument("--lr", type=float, default=1e-5)
     ap.add_argument("--max-tokens", type=int, default=24)
-    ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--prefix-cache-mib", type=int, default=2048,
+                    help="each server's prefix cache (inference.prefix_cache_mib): a player's next call re-sends its "
+                    "conversation, whose KV the cache keeps; 0 turns it off")
     ap.add_argument("--smoke", action="store_true", help="tiny model, 2 seeds, 1 step, 2 held-out deals (flags given beside it win)")
-    ap.add_argument("--out", default="docs/benchmarks/werewolf", help="writes OUT.json and OUT.md")
+    ap.add_argument("--out", default="docs/benchmarks/werewolf_results", help="writes OUT.json and OUT.md")
     ap.add_argument("--work", default="runs/werewolf-bench", help="the servers' run dirs and logs")
     args = ap.parse_args(argv)
     if args.smoke:  # the smoke's settings are defaults: a flag given beside --smoke wins (--smoke --lr 2e-3)
@@ -113,6 +115,7 @@ def server_config(args: argparse.Namespace, run_dir: Path, batch: int) -> SwarmC
     small = args.model == "tiny"
     return SwarmConfig.model_validate({
         "model": {"name": args.model}, "run_dir": str(run_dir),
+        "inference": {"prefix_cache_mib": args.prefix_cache_mib},
         "pool": {"batch_size": batch, "group_size": args.group},
         "training": {"max_steps": args.steps, "lr": args.lr, "mini_batch_size": 4 if small else 16,
                      "micro_batch_size": 2 if small else 4, "checkpoint_every": 0, "final_checkpoint": False},
