@@ -35,17 +35,22 @@ keeps the wall of the session that trained it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import random
 import shlex
 import shutil
+import signal
+import subprocess
 import sys
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
@@ -117,8 +122,10 @@ def server_config(args: argparse.Namespace, run_dir: Path, batch: int) -> SwarmC
         "model": {"name": args.model}, "run_dir": str(run_dir),
         "inference": {"prefix_cache_mib": args.prefix_cache_mib},
         "pool": {"batch_size": batch, "group_size": args.group},
+        # One sample per micro-batch: a merged sample is a player's whole conversation (500-1500 tokens), and
+        # 4 of them at once held 16 GB of activations, which the kernel's out-of-memory killer ended.
         "training": {"max_steps": args.steps, "lr": args.lr, "mini_batch_size": 4 if small else 16,
-                     "micro_batch_size": 2 if small else 4, "checkpoint_every": 0, "final_checkpoint": False},
+                     "micro_batch_size": 2 if small else 1, "checkpoint_every": 0, "final_checkpoint": False},
     })
 
 
@@ -279,6 +286,8 @@ def train_arm(args: argparse.Namespace, arm: str, seed: int, fixed: SwarmClient,
             print(f"{arm} seed {seed} step {step + 1}/{args.steps}: {side.value} won {curve[-1]:.2f} of training games",
                   file=sys.stderr)
         after = game_stats(evaluate(client, fixed, side, held, args.max_tokens, args.concurrency), side)
+    except httpx.TransportError as e:
+        raise server_died(f"{arm} seed {seed}", srv, run_dir, e) from e
     finally:
         client.close()
         srv.stop()
@@ -286,6 +295,23 @@ def train_arm(args: argparse.Namespace, arm: str, seed: int, fixed: SwarmClient,
               "git_commit": git("rev-parse", "HEAD")}
     save(run_dir / RESULT, settings(args), result)
     return {**result, "reused": False}
+
+
+def server_died(what: str, srv: AgentServer, run_dir: Path, err: Exception) -> SystemExit:
+    """The message for a server that stopped answering mid-run: how it ended when it is a process that did,
+    where its log is, and that the finished runs are kept (a traceback would say none of it)."""
+    proc = getattr(srv, "proc", None)
+    rc = None
+    if proc is not None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            rc = proc.wait(timeout=10)  # a dying server may close its sockets before it is reaped
+    if rc is None:
+        how = f"stopped answering ({err}); if it was the fixed opponent's, see its log in {run_dir.parent / 'fixed'}"
+    else:
+        how = f"exited with code {rc}" + (" (SIGKILL: most often the kernel's out-of-memory killer; `dmesg` says)"
+                                          if rc == -signal.SIGKILL else "")
+    return SystemExit(f"{what}: its server {how}; its log: {run_dir / 'server.log'}. Nothing of this run is kept; "
+                      "finished runs are, and the same command resumes from them.")
 
 
 def interval(values: list[float]) -> dict[str, Any]:

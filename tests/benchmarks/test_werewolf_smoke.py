@@ -111,3 +111,19 @@ def test_a_rerun_reuses_finished_runs_and_retrains_only_a_killed_one(tmp_path, i
     assert {(r["arm"], r["seed"]): r["reused"] for r in third["runs"]} == {
         ("shared", 0): True, ("non-shared", 0): True, ("shared", 1): False, ("non-shared", 1): True}
     assert third["baseline_reused"]
+
+
+def test_a_server_killed_mid_run_is_a_message_naming_the_oom_killer_and_the_log(tmp_path):
+    # A real subprocess killed with SIGKILL, as the kernel's out-of-memory killer ends a server.
+    import signal
+    import subprocess
+    import sys
+
+    class Killed:
+        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+
+    Killed.proc.send_signal(signal.SIGKILL)
+    err = ww.server_died("shared seed 0", Killed(), tmp_path / "shared-s0", RuntimeError("disconnected"))
+    text = str(err.code)
+    assert "exited with code -9" in text and "out-of-memory" in text and str(tmp_path / "shared-s0" / "server.log") in text
+    assert "the same command resumes" in text
