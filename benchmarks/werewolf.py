@@ -26,10 +26,15 @@ deals are the same in every run, so the untrained baseline is measured once.
 
 Resuming (a run spread over sessions): each finished run is saved in `WORK/ARM-sSEED/result.json`, the
 baseline in `WORK/baseline.json`, with the settings that shape it (OUTCOME_SETTINGS, --concurrency included).
-The same command with the same `--work` reuses what is finished, trains the rest (a run dir without
-result.json, a killed run, is emptied and trained from the start), and with nothing left starts no server;
-a result saved under other settings is refused, never mixed in. `wall_s` is this invocation's; each run
-keeps the wall of the session that trained it.
+The same command with the same `--work` reuses what is finished, trains the rest, and with nothing left
+starts no server; a result saved under other settings is refused, never mixed in. A run killed mid-way
+resumes after its last finished step: every step is checkpointed and its training curve saved
+(`progress.json`), and when the newest checkpoint is of that step the server resumes from it. The step it
+was killed in is played again from the start; episodes of it that the server had already pooled (sampled
+by the same weights) stay in its pool and train with it. Otherwise (no checkpoint of the last saved step)
+the run dir is emptied and the run trained from the start. A finished run deletes its checkpoints.
+`wall_s` is this invocation's; each run keeps the wall of the sessions that trained it (of the last only,
+when it was resumed).
 """
 
 from __future__ import annotations
@@ -66,6 +71,7 @@ from engine.tasks import werewolf as ww  # noqa: E402
 from engine.tasks.base import split_items  # noqa: E402
 from engine.tasks.werewolf import GameResult, Role, Side  # noqa: E402
 from engine.teams.train import AgentServer, ServerFactory  # noqa: E402
+from engine.training.checkpoint import checkpoints_dir, latest_checkpoint, read_state  # noqa: E402
 
 ARMS = ("shared", "non-shared")
 OTHER = {Side.VILLAGE: Side.WEREWOLVES, Side.WEREWOLVES: Side.VILLAGE}
@@ -79,6 +85,7 @@ OUTCOME_SETTINGS = ("model", "side", "steps", "games", "group", "eval", "setups"
 # The prefix cache is in both: a cached prefix's KV was computed in another pass shape (float rounding).
 BASELINE_SETTINGS = ("model", "side", "eval", "setups", "max_rounds", "max_tokens", "concurrency", "prefix_cache_mib")
 RESULT = "result.json"  # in each run dir
+PROGRESS = "progress.json"  # in each run dir while it trains: the curve so far, to resume after a kill
 BASELINE = "baseline.json"  # in --work
 
 
@@ -125,7 +132,10 @@ def server_config(args: argparse.Namespace, run_dir: Path, batch: int) -> SwarmC
         # One sample per micro-batch: a merged sample is a player's whole conversation (500-1500 tokens), and
         # 4 of them at once held 16 GB of activations, which the kernel's out-of-memory killer ended.
         "training": {"max_steps": args.steps, "lr": args.lr, "mini_batch_size": 4 if small else 16,
-                     "micro_batch_size": 2 if small else 1, "checkpoint_every": 0, "final_checkpoint": False},
+                     "micro_batch_size": 2 if small else 1,
+                     # A checkpoint per step lets a run killed between sessions resume (resumable()); the run
+                     # deletes them once its result is saved.
+                     "checkpoint_every": 1, "final_checkpoint": False},
     })
 
 
@@ -194,6 +204,18 @@ def finished(args: argparse.Namespace, root: Path) -> tuple[dict | None, dict[tu
                          "Nothing was started. Pass another --work, or delete what is named above to redo it with "
                          "these settings.")
     return baseline, runs
+
+
+def resumable(run_dir: Path, keys: dict[str, Any]) -> list[float]:
+    """The training curve of an unfinished run that can go on: its progress was saved under these settings
+    and its newest checkpoint is of the last step saved, so the server resumes there (weights, optimizer,
+    pool). [] otherwise: the run starts over (a step trained after the last progress save, or none saved)."""
+    progress, _ = saved(run_dir / PROGRESS, keys)
+    ckpt = latest_checkpoint(run_dir)
+    if progress is None or ckpt is None or (run_dir / RESULT).exists():
+        return []
+    curve = progress["train_win_rate"]
+    return curve if read_state(ckpt).get("global_step") == len(curve) else []
 
 
 def fresh_dir(run_dir: Path) -> None:
@@ -269,11 +291,15 @@ def train_arm(args: argparse.Namespace, arm: str, seed: int, fixed: SwarmClient,
     sampling = {"temperature": 1.0, "max_tokens": args.max_tokens}
     batch = args.games * (len(Side) if arm == "shared" else 1)  # GRPO groups per step
     run_dir = root / f"{arm}-s{seed}"
-    fresh_dir(run_dir)
+    curve = resumable(run_dir, settings(args))
+    if curve:
+        print(f"{arm} seed {seed}: resuming after step {len(curve)} from its checkpoint", file=sys.stderr)
+    else:
+        fresh_dir(run_dir)
     srv, client = start_server(server_config(args, run_dir, batch), run_dir, factory)
-    curve, t0 = [], time.monotonic()
+    t0 = time.monotonic()
     try:
-        for step in range(args.steps):
+        for step in range(len(curve), args.steps):
             items = train_items[step * args.games:(step + 1) * args.games]
             prefix = f"seed{seed}:s{step}:"
             if arm == "shared":
@@ -283,6 +309,7 @@ def train_arm(args: argparse.Namespace, arm: str, seed: int, fixed: SwarmClient,
                 games = play_fixed_opponent(client, fixed, side, items, args.group, sampling, prefix, args.concurrency)
             client.wait_for_step(step + 1, timeout=3600)
             curve.append(sum(g.winner is side for g in games) / len(games))
+            save(run_dir / PROGRESS, settings(args), {"train_win_rate": curve})
             print(f"{arm} seed {seed} step {step + 1}/{args.steps}: {side.value} won {curve[-1]:.2f} of training games",
                   file=sys.stderr)
         after = game_stats(evaluate(client, fixed, side, held, args.max_tokens, args.concurrency), side)
@@ -294,6 +321,7 @@ def train_arm(args: argparse.Namespace, arm: str, seed: int, fixed: SwarmClient,
     result = {"arm": arm, "seed": seed, "train_win_rate": curve, "after": after, "wall_s": time.monotonic() - t0,
               "git_commit": git("rev-parse", "HEAD")}
     save(run_dir / RESULT, settings(args), result)
+    shutil.rmtree(checkpoints_dir(run_dir), ignore_errors=True)  # 1.6 GB each for SmolLM2; the result is saved
     return {**result, "reused": False}
 
 

@@ -6,6 +6,7 @@ gain and no gain where none was planted. Checks structure and statistics, never 
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from tests_support import load_benchmark
@@ -111,6 +112,61 @@ def test_a_rerun_reuses_finished_runs_and_retrains_only_a_killed_one(tmp_path, i
     assert {(r["arm"], r["seed"]): r["reused"] for r in third["runs"]} == {
         ("shared", 0): True, ("non-shared", 0): True, ("shared", 1): False, ("non-shared", 1): True}
     assert third["baseline_reused"]
+
+
+@pytest.mark.slow
+def test_a_run_killed_after_a_step_resumes_from_its_checkpoint_and_trains_only_the_rest(tmp_path, in_process):
+    """Kill shared seed 0 of a 2-step smoke while it waits for step 2 (step 1 trained and checkpointed): the
+    same command resumes it after step 1, keeps step 1's curve, trains step 2 alone, and deletes the run's
+    checkpoints once its result is saved."""
+    killed = []
+
+    class KillAtStep2:
+        def __init__(self, run_dir):
+            self.inner, self.name = in_process(run_dir), run_dir.name
+
+        def client(self, client_id):
+            c = self.inner.client(client_id)
+            if self.name == "shared-s0" and not killed:
+                wait = c.wait_for_step
+
+                def wait_or_die(step, **kw):
+                    if step == 2:
+                        killed.append(step)
+                        raise KeyboardInterrupt  # what a killed session leaves: no result, a checkpoint of step 1
+                    return wait(step, **kw)
+
+                c.wait_for_step = wait_or_die
+            return c
+
+        def stop(self):
+            if self.name == "shared-s0" and len(killed) == 1:
+                # The server counts a step before it writes the step's checkpoint: let the write finish
+                # (else the run rightly starts over), then end it as the kill would have.
+                deadline = time.monotonic() + 120
+                while ww.latest_checkpoint(run) is None and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                self.inner.srv.close()
+                killed.append("closed")
+            self.inner.stop()
+
+    out, work = tmp_path / "werewolf", tmp_path / "runs"
+    run = work / "shared-s0"
+    argv = ["--smoke", "--steps", "2", "--out", str(out), "--work", str(work)]
+    with pytest.raises(KeyboardInterrupt):
+        ww.main(argv, KillAtStep2)
+    progress = json.loads((run / ww.PROGRESS).read_text())["result"]["train_win_rate"]
+    assert len(progress) == 1 and ww.latest_checkpoint(run) is not None and not (run / ww.RESULT).exists()
+    assert ww.resumable(run, ww.settings(ww.parse_args(argv))) == progress
+    assert ww.resumable(run, {**ww.settings(ww.parse_args(argv)), "lr": 1.0}) == []  # other settings: start over
+
+    result = ww.main(argv, KillAtStep2)
+    shared0 = next(r for r in result["runs"] if (r["arm"], r["seed"]) == ("shared", 0))
+    assert len(shared0["train_win_rate"]) == 2 and shared0["train_win_rate"][0] == progress[0]
+    steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()
+             if "pg_loss" in line]
+    assert steps == [1.0, 2.0]  # step 1 trained once, by the killed run; step 2 by the resumed one
+    assert not (run / "checkpoints").exists()
 
 
 def test_a_server_killed_mid_run_is_a_message_naming_the_oom_killer_and_the_log(tmp_path):
