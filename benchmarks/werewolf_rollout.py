@@ -9,7 +9,9 @@ start is not). Reported: each budget's median seconds and the ratio uncached / c
 median (min-max), with the load before and after; and whether the games' outcomes matched across budgets
 (greedy, so they differ only where float rounding flips an argmax).
 
-    python benchmarks/werewolf_rollout.py --out docs/benchmarks/werewolf_rollout
+    # the figure on docs/benchmarks/werewolf_rollout.md (the game's flags are benchmarks/werewolf.py's;
+    # without them its defaults apply: 24 deals, 16 in flight)
+    python benchmarks/werewolf_rollout.py --setups 5x1,6x1 --eval 8 --repeats 3 --cache-mib 0 2048 --concurrency 8
 """
 
 from __future__ import annotations
