@@ -6,13 +6,16 @@ process leaves only a stale temporary directory, never a half-written model. A p
 second process wait for the first conversion instead of repeating ~20 s of work.
 
 Each entry ends with a manifest (written last, inside the temporary directory) naming the source file's
-identity and every file's size. An entry whose manifest is missing or disagrees (the source was upgraded, a
-file was truncated or deleted, an entry predates manifests) is converted again and swapped in under the lock.
+identity (its size and content hash) and every file's size. An entry whose manifest is missing or disagrees
+(the source was upgraded, a file was truncated or deleted, an entry predates manifests) is converted again and
+swapped in under the lock. The same source at another path (another clone's virtualenv) is the same entry.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
 import json
 import os
 import shutil
@@ -50,14 +53,24 @@ MANIFEST = "swarm-cache-manifest.json"
 
 
 def source_identity(source: Path | None) -> dict | None:
-    """What identifies a conversion's source file: its resolved path, size and modification time (an
-    upgraded package installs a new file; hashing a 100 MB GGUF on every load would cost more than it
-    tells)."""
+    """What identifies a conversion's source file: its size and the SHA-256 of its content.
+
+    Content, not place: every fresh clone has its own virtualenv, so the same package's GGUF sits at another
+    path with another modification time, and a key on those reconverted SmolLM2 (and Gemma 3, ~1.5 min)
+    for each clone and then again for the next. Hashing SmolLM2's 98 MB GGUF takes ~0.15 s on 2 cores and is
+    remembered per process for the file's (path, inode, size, mtime).
+    """
     if source is None:
         return None
     path = Path(source).resolve()
     st = path.stat()
-    return {"path": str(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    return {"size": st.st_size, "sha256": _sha256(str(path), st.st_ino, st.st_size, st.st_mtime_ns)}
+
+
+@functools.lru_cache(maxsize=64)
+def _sha256(path: str, inode: int, size: int, mtime_ns: int) -> str:  # all but path only key the memo
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def _sizes(root: Path) -> dict[str, int]:

@@ -181,9 +181,8 @@ def test_gemma3_is_assembled_converted_and_reconverted_when_its_package_changes(
     _fake_gemma3_package(tmp_path / "site", "fake_gemma3_pkg_one", "v2, a longer pin")  # the upgrade,
     monkeypatch.delitem(sys.modules, "fake_gemma3_pkg_one")  # seen by a later process
     assert builtins.gemma3_dir() == first and calls[-1][0] == b"GGUF v2, a longer pin"
-    os.utime(init, ns=(0, 10**18))  # reinstalled in place
-    builtins.gemma3_dir()
-    assert len(calls) == 3
+    os.utime(init, ns=(0, 10**18))  # the same package reinstalled: same content, nothing to convert
+    assert builtins.gemma3_dir() == first and len(calls) == 2
 
 
 def test_gemma3_without_its_packages_says_what_to_install(tmp_path, monkeypatch):
@@ -324,9 +323,17 @@ def test_smollm2_is_reconverted_when_the_package_ships_another_gguf(tmp_path, mo
     gguf.write_bytes(b"GGUF v2, a longer file")  # the upgrade
     assert builtins.smollm2_dir() == first and calls == [b"GGUF v1", b"GGUF v2, a longer file"]
     assert json.loads((first / "config.json").read_text()) == {"from": "GGUF v2, a longer file"}
-    os.utime(gguf, ns=(0, 10**18))  # same size, rewritten in place
+    gguf.write_bytes(b"GGUF v3, a longer file")  # same size, other content
+    os.utime(gguf, ns=(0, 10**18))  # (a write within one clock tick can keep the mtime the hash memo keys on)
     builtins.smollm2_dir()
     assert len(calls) == 3
+    # The same GGUF in another clone's virtualenv (another path, another mtime) is the same conversion.
+    elsewhere = tmp_path / "other-venv" / "SmolLM2.gguf"
+    elsewhere.parent.mkdir()
+    elsewhere.write_bytes(gguf.read_bytes())
+    os.utime(elsewhere, ns=(0, 10**18))
+    monkeypatch.setattr(builtins, "smollm2_gguf_path", lambda: elsewhere)
+    assert builtins.smollm2_dir() == first and len(calls) == 3
 
 
 def test_cache_root_honours_swarm_cache_dir(tmp_path, monkeypatch):
