@@ -43,7 +43,7 @@ $(STAMP): pyproject.toml Makefile
 # the few that judge measured time (marker `alone`) run afterwards, by themselves. The ten slowest tests are
 # listed at the end of every run, so a test that grows is seen.
 test: $(STAMP) $(VERL_VENV)/.installed
-	$(PY) -m pytest -q -p no:cacheprovider -n 4 -m "not alone" --durations=10
+	$(PY) -m pytest -q -p no:cacheprovider -n 4 -m "not alone" --durations=25
 	$(PY) -m pytest -q -p no:cacheprovider -m alone
 	$(MAKE) --no-print-directory test-verl
 
