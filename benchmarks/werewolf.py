@@ -297,7 +297,7 @@ def train_arm(args: argparse.Namespace, arm: str, seed: int, fixed: SwarmClient,
     else:
         fresh_dir(run_dir)
     srv, client = start_server(server_config(args, run_dir, batch), run_dir, factory)
-    t0 = time.monotonic()
+    t0, resumed_after = time.monotonic(), len(curve)
     try:
         for step in range(len(curve), args.steps):
             items = train_items[step * args.games:(step + 1) * args.games]
@@ -318,8 +318,10 @@ def train_arm(args: argparse.Namespace, arm: str, seed: int, fixed: SwarmClient,
     finally:
         client.close()
         srv.stop()
+    # wall_s covers this invocation's steps only: a run resumed after step k says so (its earlier steps' wall
+    # was spent in another session, under another load).
     result = {"arm": arm, "seed": seed, "train_win_rate": curve, "after": after, "wall_s": time.monotonic() - t0,
-              "git_commit": git("rev-parse", "HEAD")}
+              "resumed_after_step": resumed_after, "git_commit": git("rev-parse", "HEAD")}
     save(run_dir / RESULT, settings(args), result)
     shutil.rmtree(checkpoints_dir(run_dir), ignore_errors=True)  # 1.6 GB each for SmolLM2; the result is saved
     return {**result, "reused": False}

@@ -163,6 +163,8 @@ def test_a_run_killed_after_a_step_resumes_from_its_checkpoint_and_trains_only_t
     result = ww.main(argv, KillAtStep2)
     shared0 = next(r for r in result["runs"] if (r["arm"], r["seed"]) == ("shared", 0))
     assert len(shared0["train_win_rate"]) == 2 and shared0["train_win_rate"][0] == progress[0]
+    assert shared0["resumed_after_step"] == 1  # its wall_s is step 2's and the evaluation's only
+    assert {r["resumed_after_step"] for r in result["runs"] if r is not shared0} == {0}
     steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()
              if "pg_loss" in line]
     assert steps == [1.0, 2.0]  # step 1 trained once, by the killed run; step 2 by the resumed one
