@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -181,7 +182,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     load_before, t0 = loadavg(), time.monotonic()
     summary = measure(args)
-    result = {"command": "python benchmarks/cpu_precision.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+    command = shlex.join(["python", "benchmarks/cpu_precision.py", *(argv if argv is not None else sys.argv[1:])])
+    result = {"command": command,
               "args": vars(args), "summary": summary, "wall_s": time.monotonic() - t0,
               "machine": machine_record(load_before)}
     write_report(args.out, result, page)
