@@ -25,7 +25,9 @@ class _Frozen(BaseModel):
 class ModelConfig(_Frozen):
     name: str = Field("tiny", description="Built-in name (`tiny`, `tiny-bytes`, `smollm2-135m`, `gemma3-270m`), a local HF directory or a .gguf file.")
     dtype: Literal["float32", "bfloat16", "float16"] = Field(
-        "float32", description="Weights dtype. float32 on CPU; bfloat16 halves memory on GPUs."
+        "float32",
+        description="Weights dtype. float32 on CPU; bfloat16 halves memory on GPUs. A half-precision model trains "
+        "through float32 master copies of its trainable weights (torch trainer).",
     )
     seed: int = Field(0, description="Seed for built-in random weights (tiny) and for sampling defaults.")
 

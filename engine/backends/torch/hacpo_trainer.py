@@ -68,7 +68,7 @@ class HacpoTrainer(TorchTrainer):
         m = 0
         for _ in range(t.ppo_epochs):
             for mini in minis:
-                self.optimizer.zero_grad(set_to_none=True)
+                self.zero_grad()
                 idx = list(range(n))[mini]
                 micros = [idx[k] for k in chunks(len(idx), t.micro_batch_size)]
                 total = sum(view.samples[i].weight for i in idx)
@@ -109,7 +109,7 @@ class HacpoTrainer(TorchTrainer):
                 else:
                     skipped += 1
                 m += 1
-        self.optimizer.zero_grad(set_to_none=True)
+        self.zero_grad()
         self.global_step += 1
         rewards = [e.reward for e in batch]
         out = {k: sum(v) / len(v) for k, v in per_m.items()}
