@@ -13,12 +13,16 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+import pytest
 from tests_support import ADMIN_TOKEN
 
 from engine.config import SwarmConfig
 
 MSGS = [{"role": "user", "content": "What is 2 + 3?"}]
-SLOW_FSYNC_S = 1.5
+# How long a held fsync waits for the test at most, and how long /health may take on a loaded machine while
+# it is held: far apart, so the verdict does not depend on the machine's speed.
+HOLD_LIMIT_S = 120.0
+HEALTH_TIMEOUT_S = 30.0
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 
 
@@ -26,45 +30,64 @@ def _end(url: str, api_key: str, reward: float = 1.0) -> httpx.Response:
     return httpx.post(url + "/v1/episode/end", json={"reward": reward}, headers={"Authorization": f"Bearer {api_key}"}, timeout=60)
 
 
-def _slow_fsync(monkeypatch) -> None:
-    real = os.fsync
+class _HeldFsync:
+    """os.fsync held until the test releases it (a disk that takes as long as the test wants): the journal
+    writer's fsync blocks in whichever thread calls it, so an fsync on the event loop would hold every
+    request until `release`. Nothing here depends on how fast the machine is."""
 
-    def slow(fd: int) -> None:
-        time.sleep(SLOW_FSYNC_S)  # a loaded disk
-        real(fd)
+    def __init__(self, monkeypatch) -> None:
+        self.entered, self.release = threading.Event(), threading.Event()
+        real = os.fsync
 
-    monkeypatch.setattr(os, "fsync", slow)
+        def held(fd: int) -> None:
+            self.entered.set()
+            self.release.wait(HOLD_LIMIT_S)  # a bound, so a broken test cannot hang the suite
+            real(fd)
+
+        monkeypatch.setattr(os, "fsync", held)
+
+    def rearm(self) -> None:
+        self.entered.clear()
+        self.release.clear()
 
 
-def _first_and_repeat(url: str, call, *repeat_args):
-    """`call()` and, 0.3 s later, `call(*repeat_args)` (a client whose answer was lost), while /health is
-    polled; returns both results, the seconds until both were answered and /health's worst latency."""
+def _health_answers_while_held(url: str) -> None:
+    """/health answers while a journal fsync is held; a loaded 2-core machine answers in well under 30 s,
+    a loop stuck in the fsync not before HOLD_LIMIT_S."""
+    for _ in range(3):
+        try:
+            assert httpx.get(url + "/health", timeout=HEALTH_TIMEOUT_S).status_code == 200
+        except httpx.TimeoutException:
+            pytest.fail(f"/health got no answer in {HEALTH_TIMEOUT_S:g} s while a journal fsync was held: "
+                        "the fsync runs on the event loop")
+        time.sleep(0.1)
+
+
+def _first_and_repeat(url: str, fsync: _HeldFsync, call, *repeat_args):
+    """`call()`, held in its journal fsync; then `call(*repeat_args)` (a client whose answer was lost) and
+    /health while it is held; then the release. Returns both results and whether neither had been answered
+    before the release (an answer must wait for its record to be on disk)."""
     with ThreadPoolExecutor(2) as pool:
-        t0 = time.monotonic()
         first = pool.submit(call)
-        time.sleep(0.3)
+        assert fsync.entered.wait(HOLD_LIMIT_S), "the call never reached its journal fsync"
         repeat = pool.submit(call, *repeat_args)
-        worst = 0.0
-        while not (first.done() and repeat.done()):
-            h0 = time.monotonic()
-            assert httpx.get(url + "/health", timeout=10).status_code == 200
-            worst = max(worst, time.monotonic() - h0)
-            time.sleep(0.05)
-        return first.result(), repeat.result(), time.monotonic() - t0, worst
+        _health_answers_while_held(url)
+        unanswered = not first.done() and not repeat.done()
+        fsync.release.set()
+        return first.result(timeout=HOLD_LIMIT_S), repeat.result(timeout=HOLD_LIMIT_S), unanswered
 
 
 def test_a_slow_fsync_stalls_neither_the_loop_nor_a_retried_end(live_server, tmp_path, monkeypatch):
-    """While one end's journal write sits in a 1.5 s fsync, /health answers at once; the same end sent
-    again meanwhile (a client whose answer was lost) gets the same answer, and the episode pools once."""
+    """While one end's journal write sits in an fsync, /health answers; the same end sent again meanwhile
+    (a client whose answer was lost) gets the same answer, and the episode pools once."""
     srv = live_server(SwarmConfig(run_dir=str(tmp_path / "run")))
     with srv.client() as c:
         ep = c.begin_episode("t")
         ep.openai().chat.completions.create(model="tiny", messages=MSGS, max_tokens=2)
-        _slow_fsync(monkeypatch)
+        fsync = _HeldFsync(monkeypatch)
         # The retry has a different reward: it must change nothing.
-        a, b, waited, worst = _first_and_repeat(srv.url, lambda reward=1.0: _end(srv.url, ep.api_key, reward), 0.0)
-    assert waited >= SLOW_FSYNC_S  # the end was answered only once its record was on disk
-    assert worst < 0.5 * SLOW_FSYNC_S, f"/health waited {worst:.2f} s: the fsync ran on the event loop"
+        a, b, unanswered = _first_and_repeat(srv.url, fsync, lambda reward=1.0: _end(srv.url, ep.api_key, reward), 0.0)
+    assert unanswered  # the end was answered only once its record was on disk
     assert a.status_code == b.status_code == 200 and a.json() == b.json() and a.json()["accepted"] is True
     assert [e.reward for e in srv.server.pool.groups["t"]] == [1.0]
     adds = [line for line in (tmp_path / "run" / "pool.journal.jsonl").read_text().splitlines() if '"add"' in line]
@@ -137,12 +160,17 @@ def test_group_prepare_and_commit_are_answered_only_once_their_records_are_durab
     with srv.client() as c:
         ep = c.begin_episode("t")
         ep.openai().chat.completions.create(model="tiny", messages=MSGS, max_tokens=2)
-        _slow_fsync(monkeypatch)
-        t0 = time.monotonic()
-        ep.prepare(group, 1.0)
-        assert time.monotonic() - t0 >= SLOW_FSYNC_S  # answered after its prepare record's fsync
-        a, b, waited, worst = _first_and_repeat(srv.url, lambda: c.commit_group(group))
-    assert waited >= SLOW_FSYNC_S and worst < 0.5 * SLOW_FSYNC_S, (waited, worst)
+        fsync = _HeldFsync(monkeypatch)
+        with ThreadPoolExecutor(1) as pool:
+            prepared = pool.submit(ep.prepare, group, 1.0)
+            assert fsync.entered.wait(HOLD_LIMIT_S), "the prepare never reached its journal fsync"
+            _health_answers_while_held(srv.url)
+            assert not prepared.done()  # answered only after its prepare record's fsync
+            fsync.release.set()
+            prepared.result(timeout=HOLD_LIMIT_S)
+        fsync.rearm()
+        a, b, unanswered = _first_and_repeat(srv.url, fsync, lambda: c.commit_group(group))
+    assert unanswered
     assert a == b and a["state"] == "committed" and [m["accepted"] for m in a["members"]] == [True]
     ops = [json.loads(line)["op"] for line in (tmp_path / "run" / "pool.journal.jsonl").read_text().splitlines()]
     assert ops == ["prepare", "commit"]
