@@ -10,7 +10,8 @@ Per step t (B prompts of the task, G responses each):
   only): it never waits; a server busy training makes new episodes wait, nothing else.
 
 Held-out greedy accuracy per agent (`eval_accuracy/<agent>`) and their mean (`eval_accuracy`) are logged
-before and after into the job's metrics, with every server's step metrics labelled `agent`. Each server
+before and after into the job's metrics, with every server's step metrics labelled `agent`; an agent's
+step-0 result comes from the step-0 cache when an earlier run measured the same agent model the same way. Each server
 keeps its own run dir under `agents/<name>/`; a rerun with the same run dir resumes every server.
 """
 
@@ -31,6 +32,7 @@ from engine.tasks import get_task
 from engine.tasks.base import split_items
 from engine.teams.config import SyncMode, TeamMethod, agent_config
 from engine.training.checkpoint import checkpoints_dir
+from engine.training.eval_cache import evaluate_step0
 from engine.training.metrics import MetricsLog
 
 
@@ -76,8 +78,33 @@ def _start(client: SwarmClient, agent: str) -> int:
         raise SwarmError(f"agent {agent!r}: {e}") from e
 
 
-def _evaluate_team(clients: dict[str, SwarmClient], job: TrainJob, held_out, label: str, step: int, log: MetricsLog) -> dict[str, float]:
-    """Per-agent held-out accuracy (a role's reward in independent teams) and their mean."""
+def _evaluate_agent(
+    client: SwarmClient, job: TrainJob, held_out, name: str, label: str, step: int, log: MetricsLog, cache_notes: dict | None,
+) -> float:
+    """One agent's greedy held-out accuracy on its own server. Before training (`cache_notes` given) it goes
+    through the step-0 cache under that agent's own server config, so the methods and seeds of a comparison
+    that start from the same agent models measure each agent once (engine.training.eval_cache); what the
+    cache did is noted in `cache_notes[name]`."""
+    def measure(lg) -> float:
+        return evaluate(client, job, held_out, f"{label} {name}", step, lg, key=f"eval_accuracy/{name}")
+
+    if cache_notes is None:
+        return measure(log)
+    agent_job = job.model_copy(update={"swarm": agent_config(job.swarm, job.team, name, None)})
+    note: dict = {}
+    acc = evaluate_step0(measure, agent_job, {job.task: held_out}, client.health, log, note, console.print)
+    if "eval0_cache" in note:
+        cache_notes[name] = note["eval0_cache"]
+    return acc
+
+
+def _evaluate_team(
+    clients: dict[str, SwarmClient], job: TrainJob, held_out, label: str, step: int, log: MetricsLog,
+    cache_notes: dict | None = None,
+) -> dict[str, float]:
+    """Per-agent held-out accuracy (a role's reward in independent teams) and their mean. With `cache_notes`
+    (the step-0 evaluation) each agent's own evaluation may come from the step-0 cache; an independent
+    team's joint role evaluation is measured every time."""
     team = job.team
     if team.method is TeamMethod.INDEPENDENT:
         task = get_task(job.task)
@@ -93,7 +120,7 @@ def _evaluate_team(clients: dict[str, SwarmClient], job: TrainJob, held_out, lab
         for name, acc in accs.items():
             log.write({"step": step, f"eval_accuracy/{name}": acc, f"eval_items/{name}": scored})
     else:
-        accs = _parallel(lambda n: evaluate(clients[n], job, held_out, f"{label} {n}", step, log, key=f"eval_accuracy/{n}"), list(clients))
+        accs = _parallel(lambda n: _evaluate_agent(clients[n], job, held_out, n, label, step, log, cache_notes), list(clients))
     mean = sum(accs.values()) / len(accs)
     log.write({"step": step, "eval_accuracy": mean, "eval_items": len(held_out)})
     console.print(f"[bold]{label}[/] held-out accuracy " + " ".join(f"{n} {a:.3f}" for n, a in accs.items()))
@@ -167,7 +194,10 @@ def train_team(job: TrainJob, run_dir: Path, server_factory: ServerFactory = _se
         step = min(steps.values())
         console.print(f"team of {len(names)} ROLLING at steps {steps} ({team.method.value}, {team.sync.value})")
         if job.eval_size and step == 0:
-            summary["accuracy_before"] = _evaluate_team(clients, job, held_out, "before", 0, log)
+            notes: dict = {}
+            summary["accuracy_before"] = _evaluate_team(clients, job, held_out, "before", 0, log, notes)
+            if notes:
+                summary["eval0_cache"] = notes
         while step < max_steps:
             rewards = _run_step(clients, job, train_items[step * B : (step + 1) * B], step, sampling)
             step += 1

@@ -13,7 +13,9 @@ mtime of a GGUF file or of every file of a local directory; a built-in's package
 backend (torch only: GPU backends are not deterministic), the task(s) with each held-out set's eval_size,
 eval_seed and a hash of its items' content, the reply budget and concurrency, the server's torch thread
 count and decode batch bound (`max_batch_rows`: how many items an evaluation sends at once), torch/transformers/python versions and the CPU, and a hash of every engine source file (a code
-change never reuses a result of older code). Without `inference.batch_invariant` a greedy evaluation can
+change never reuses a result of older code). What only training reads is left out (the pool, the optimizer,
+a team agent's `collaboration`: how it shares samples and weighs them in its loss), so the methods and seeds
+of a comparison from one model share the entry. Without `inference.batch_invariant` a greedy evaluation can
 differ from another in its last-digit rounding (docs/engine.md, reproducible runs): the entry is then one
 of the results the run could have measured, and every run reusing it shares it.
 
@@ -133,7 +135,6 @@ def step0_key(job, held_out: dict[str, list], health: dict) -> tuple[str, dict] 
         "lora": swarm.lora.model_dump(mode="json"),
         "inference": swarm.inference.model_dump(mode="json"),
         "episodes": swarm.episodes.model_dump(mode="json"),
-        "collaboration": swarm.collaboration.model_dump(mode="json") if swarm.collaboration else None,
         "backend": swarm.backend,
         "tasks": {t: [len(items), job.eval_seed, items_hash(items)] for t, items in sorted(held_out.items())},
         "mix": dict(sorted(job.mix.items())),

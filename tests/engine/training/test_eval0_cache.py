@@ -304,3 +304,56 @@ def test_the_key_is_computed_without_torch():
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+TEAM_SWARM = {
+    "pool": {"batch_size": 2, "group_size": 2},
+    "training": {"max_steps": 1, "lr": 1e-3, "mini_batch_size": 4, "micro_batch_size": 2, "checkpoint_every": 0},
+    "inference": {"batch_invariant": True},
+}
+
+
+def _team_run(tmp_path: Path, run: str, method: str, in_process, b_seed: int = 1) -> tuple[dict, list[dict]]:
+    from engine.teams.train import train_team
+
+    job = {
+        "task": "arithmetic", "eval_size": EVAL_SIZE, "max_tokens": 6, "concurrency": 4, "swarm": TEAM_SWARM,
+        "team": {"method": method, "agents": {"a": {"model": {"name": "tiny"}}, "b": {"model": {"name": "tiny", "seed": b_seed}}}},
+    }
+    summary = train_team(TrainJob.model_validate(job), tmp_path / run, in_process)
+    return summary, _metrics(tmp_path / run)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_teams_agents_reuse_their_step0_result_across_methods_and_miss_for_another_model(tmp_path, monkeypatch, in_process):
+    """A comparison runs several methods from the same agent models: each agent's step-0 evaluation is
+    measured by the first run and reused by the next, whatever its method (the key holds the agent's own
+    server config, not how it trains); an agent with another model is measured again."""
+    monkeypatch.setenv(ENV, str(tmp_path / "eval0"))
+    cold, cold_rows = _team_run(tmp_path, "hacpo", "hacpo", in_process)
+    warm, warm_rows = _team_run(tmp_path, "gspo", "gspo", in_process)
+    assert {n: note["reused"] for n, note in cold["eval0_cache"].items()} == {"a": False, "b": False}
+    assert {n: note["reused"] for n, note in warm["eval0_cache"].items()} == {"a": True, "b": True}
+    assert warm["accuracy_before"] == cold["accuracy_before"]
+    step0 = _sorted([r for r in cold_rows if r["step"] == 0])  # the agents evaluate in parallel: any order
+    assert {"eval_accuracy/a", "eval_accuracy/b", "eval_accuracy"} <= {k for r in map(json.loads, step0) for k in r}
+    assert _sorted([r for r in warm_rows if r["step"] == 0]) == step0
+    assert _step0_scores(tmp_path / "gspo") == _step0_scores(tmp_path / "hacpo") != []
+    for n in ("a", "b"):  # the warm run's servers ended no step-0 evaluation episode
+        assert _episodes_ended_of(cold, n) - _episodes_ended_of(warm, n) == EVAL_SIZE
+    other, _ = _team_run(tmp_path, "other", "gspo", in_process, b_seed=2)
+    assert {n: note["reused"] for n, note in other["eval0_cache"].items()} == {"a": True, "b": False}
+
+
+def _episodes_ended_of(summary: dict, agent: str) -> int:
+    return summary["final_status"][agent]["episode_counts"]["ended"]
+
+
+def _sorted(rows: list[dict]) -> list[str]:
+    return sorted(json.dumps(r, sort_keys=True) for r in rows)
+
+
+def _step0_scores(run_dir: Path) -> list[str]:
+    """The per-item score records of step 0, in a fixed order."""
+    return sorted(line for line in (run_dir / "eval_scores.jsonl").read_text().splitlines() if json.loads(line)["step"] == 0)
