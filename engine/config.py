@@ -80,6 +80,14 @@ class PoolConfig(_Frozen):
     )
 
 
+class OldLogprobs(str, Enum):
+    """Which log-probs a step's policy ratio takes as the old policy's (`training.old_logprobs`)."""
+
+    AUTO = "auto"  # RECOMPUTED for a half-precision model or the vllm backend, else SAMPLED
+    SAMPLED = "sampled"  # as recorded at sampling time
+    RECOMPUTED = "recomputed"  # the trainer's own forward on the step's weights, before its first update
+
+
 class TrainingConfig(_Frozen):
     lr: float = Field(1e-5, gt=0, description="AdamW learning rate.")
     weight_decay: float = Field(0.0, ge=0)
@@ -124,6 +132,15 @@ class TrainingConfig(_Frozen):
     )
     share_prefix: bool = Field(
         True, description="Run a prefix common to a micro-batch's rows (a group's prompt) once per forward."
+    )
+    old_logprobs: OldLogprobs = Field(
+        OldLogprobs.AUTO,
+        description="The old policy's log-probs in the PPO/GSPO ratio. `sampled`: those recorded at sampling time. "
+        "`recomputed`: the trainer's own forward on the step's weights before its first update (the first "
+        "mini-batch's comes with its forward; later ones cost a forward without gradient). `auto`: recomputed "
+        "for a bfloat16/float16 model and for the vllm backend, where the sampling-time values differ from the "
+        "trainer's by about 0.04 nats a token and a sequence ratio clipped at 3e-3 (GSPO) would clip most "
+        "samples; sampled otherwise (float32 on the torch backend: about 1e-5 nats a token).",
     )
 
 

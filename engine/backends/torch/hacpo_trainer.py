@@ -25,13 +25,14 @@ from typing import Any
 import torch
 
 from engine.algorithms import CapabilityTracker, hacpo_loss
+from engine.backends.torch.forward import ForwardPlan
 from engine.config import SwarmConfig
-from engine.training.batch import chunks, collate
+from engine.training.batch import Collated, chunks, collate
 from engine.training.hacpo_batch import learner_view, own_then_cross_minis
 from engine.training.metrics import reward_by_client
 from engine.types import EpisodeResult
 
-from .trainer import TorchTrainer
+from .trainer import OldLogprobGap, TorchTrainer
 
 
 class HacpoTrainer(TorchTrainer):
@@ -50,6 +51,10 @@ class HacpoTrainer(TorchTrainer):
         if "capability" in state:
             self.tracker = CapabilityTracker.from_state_dict(state["capability"])
 
+    def passes(self, micros: list[Collated]) -> tuple[list[ForwardPlan], list[list[int]]]:
+        """The HACPO step runs each micro-batch through the network alone (`forward`); so does a recompute."""
+        return [self.plan(c) for c in micros], [[i] for i in range(len(micros))]
+
     def train_step(self, batch: list[EpisodeResult]) -> dict[str, float]:
         t0 = time.perf_counter()
         t = self.cfg.training
@@ -60,22 +65,37 @@ class HacpoTrainer(TorchTrainer):
         cross = torch.tensor(view.cross, dtype=torch.bool)
         chars = torch.tensor(view.chars, dtype=torch.float32)
         minis = own_then_cross_minis(view.n_own, n, t.mini_batch_size)
+        # Collated once: every epoch takes the same micro-batches (and recomputed old log-probs stay put).
+        collated = [
+            [(rows, collate([view.samples[i] for i in rows], self.pad_id)) for rows in _micro_rows(mini, n, t.micro_batch_size)]
+            for mini in minis
+        ]
+        # Own samples' lp_src is this learner's old policy; recomputed (training.old_logprobs), the first own
+        # mini-batch's comes with its forward and the later ones' from a forward before any update. Cross
+        # samples keep the source's exported lp_src: the source recorded it at sampling time.
+        own = [k for k, mini in enumerate(minis) if mini.start < view.n_own]
+        gap = OldLogprobGap() if self.recomputes_old else None
+        if gap is not None:
+            for j in own[1:]:
+                self.recompute_old([c for _, c in collated[j]], gap)
+                for rows, c in collated[j]:
+                    lp_src[rows] = _masked_mean(c.old_logp_BT, c.mask_BT)
         per_m: dict[str, list[float]] = {}
         grad_norms: list[float] = []
         n_tokens = 0
         skipped = 0
         cross_seen = cross_in_band = 0.0
         m = 0
-        for _ in range(t.ppo_epochs):
-            for mini in minis:
+        for epoch in range(t.ppo_epochs):
+            for j, micros in enumerate(collated):
                 self.zero_grad()
-                idx = list(range(n))[mini]
-                micros = [idx[k] for k in chunks(len(idx), t.micro_batch_size)]
-                total = sum(view.samples[i].weight for i in idx)
-                for rows in micros:
-                    c = collate([view.samples[i] for i in rows], self.pad_id)
+                total = sum(view.samples[i].weight for rows, _ in micros for i in rows)
+                for rows, c in micros:
                     n_tokens += c.n_tokens
                     fw = self.forward(c, need_ref=self.hacpo_cfg.kl_coef > 0)
+                    if gap is not None and epoch == 0 and own[:1] == [j]:  # no update yet: the old policy
+                        gap.adopt(c, fw.start, fw.logp_BT, fw.mask_BT)
+                        lp_src[rows] = _masked_mean(c.old_logp_BT, c.mask_BT)
                     loss, metrics = hacpo_loss(
                         logp_BT=fw.logp_BT,
                         mask_BT=fw.mask_BT,
@@ -130,7 +150,20 @@ class HacpoTrainer(TorchTrainer):
         )
         if cross_seen:
             out["cross_in_band_frac"] = cross_in_band / cross_seen
+        if gap is not None:
+            out.update(gap.metrics())
         return out
+
+
+def _micro_rows(mini: slice, n: int, micro_batch_size: int) -> list[list[int]]:
+    """The sample indices of each micro-batch of a mini-batch, in order."""
+    idx = list(range(n))[mini]
+    return [idx[k] for k in chunks(len(idx), micro_batch_size)]
+
+
+def _masked_mean(x_BT: torch.Tensor, mask_BT: torch.Tensor) -> torch.Tensor:
+    """Each row's mean over its trainable targets (0 for a row without one): lp_src as learner_view averages."""
+    return (x_BT * mask_BT).sum(-1) / mask_BT.sum(-1).clamp(min=1)
 
 
 def _has_gradient(params: list[torch.Tensor]) -> bool:

@@ -4,9 +4,15 @@ The model object is shared with the inference engine; the server pauses inferenc
 so when it resumes the new weights are already the ones serving (no copy, no sync). Full weights or a
 peft LoRA adapter train the same way: only parameters with requires_grad reach the optimizer.
 
-Old log-probs are the ones recorded at sampling time. That is exact here: the server drains in-flight
-training episodes before a step (ROLLING_POST), so every episode in a batch was sampled from the current
-weights, and the recorded values are log_softmax of the same untempered logits the trainer computes.
+Old log-probs: the server drains in-flight training episodes before a step (ROLLING_POST), so every
+episode in a batch was sampled from the current weights, and the recorded values are log_softmax of the
+same untempered logits the trainer computes. In float32 on the torch backend the two agree to about 1e-5
+nats a token, so the ratio uses the recorded values. In bfloat16, or from vLLM's kernels, they differ by
+about 0.04 nats a token, enough for a GSPO sequence clip of 3e-3 to treat most samples as off-policy; there
+(`training.old_logprobs`, see `engine.training.algo_config.recomputes_old_logprobs`) the trainer
+recomputes them on the step's weights before the first update: the first mini-batch's come free with its
+own forward, later mini-batches' cost a forward without gradient. The step logs how far the recorded values
+were (`old_logp_gap`, per trainable token; `old_logp_gap_seq_max`, the largest gap of a sequence's mean).
 The model stays in eval mode while training so dropout cannot make the two disagree.
 
 A half-precision model (`model.dtype` bfloat16 or float16) trains through float32 master copies of its
@@ -41,7 +47,7 @@ from engine.backends.torch.forward import (
 )
 from engine.backends.torch.kv import cache_kwarg
 from engine.config import SwarmConfig
-from engine.training.algo_config import advantage_config, loss_config
+from engine.training.algo_config import advantage_config, loss_config, recomputes_old_logprobs
 from engine.training.batch import Collated, build_samples, chunks, collate, prompt_then_length
 from engine.training.metrics import reward_by_client
 from engine.types import EpisodeResult
@@ -66,6 +72,33 @@ class MicroForward:
     mask_BT: torch.Tensor  # (B, T') trainable targets
     ref_logp_BT: torch.Tensor | None  # (B, T') reference policy, no grad
     entropy_BT: torch.Tensor | None  # (B, T')
+
+
+@dataclass
+class OldLogprobGap:
+    """Recomputed old log-probs replacing the recorded ones, and how far apart the two were."""
+
+    abs_sum: float = 0.0
+    tokens: int = 0
+    seq_max: float = 0.0  # the largest |difference of a sequence's mean| over its trainable tokens
+
+    def adopt(self, c: Collated, start: int, logp_BT: torch.Tensor, mask_BT: torch.Tensor) -> None:
+        """Write `logp_BT` (the old policy's log-probs from column `start` on) into `c.old_logp_BT` at the
+        trainable targets, in place, and count the gap."""
+        old_BT = c.old_logp_BT[:, start:]
+        m_BT = mask_BT > 0
+        new_BT = logp_BT.detach().to(old_BT.dtype)
+        d_BT = torch.where(m_BT, new_BT - old_BT, torch.zeros_like(old_BT))
+        n_B = m_BT.sum(-1)
+        self.abs_sum += float(d_BT.abs().sum())
+        self.tokens += int(n_B.sum())
+        if bool((n_B > 0).any()):
+            seq_B = d_BT.sum(-1)[n_B > 0] / n_B[n_B > 0]
+            self.seq_max = max(self.seq_max, float(seq_B.abs().max()))
+        old_BT.copy_(torch.where(m_BT, new_BT, old_BT))
+
+    def metrics(self) -> dict[str, float]:
+        return {"old_logp_gap": self.abs_sum / max(1, self.tokens), "old_logp_gap_seq_max": self.seq_max}
 
 
 def at_least_float32(t: torch.Tensor) -> torch.Tensor:
@@ -94,6 +127,7 @@ class TorchTrainer:
         self.loss_fn = get_policy_loss(cfg.algorithm.policy_loss)
         self.adv_cfg = advantage_config(cfg)
         self.loss_cfg = loss_config(cfg)
+        self.recomputes_old = recomputes_old_logprobs(cfg)
         self.global_step = 0
         self.cache_kwarg = cache_kwarg(model)
         self.packable = supports_packing(model)
@@ -162,6 +196,24 @@ class TorchTrainer:
         logp = scatter_rows(sel, token_logprobs(logits_1NV, targets_1N)[0])
         return MicroForward(plan.start, logp, c.mask_BT[:, plan.start :], ref_logp, ent)
 
+    def passes(self, micros: list[Collated]) -> tuple[list[ForwardPlan], list[list[int]]]:
+        """Each micro-batch's plan, and which micro-batches go through the network together: packed ones
+        share a pass up to `training.pass_max_tokens` (one forward/backward, so each weight's gradient is
+        written once per pass, not once per micro-batch)."""
+        plans = [self.plan(c) for c in micros]
+        sizes = [packed_length(c, p) if p.layout is Layout.PACKED else None for c, p in zip(micros, plans, strict=True)]
+        return plans, pass_groups(sizes, self.cfg.training.pass_max_tokens)
+
+    def recompute_old(self, micros: list[Collated], gap: OldLogprobGap) -> None:
+        """Adopt the current weights' log-probs as the old policy's for these micro-batches, computed in the
+        same passes the update will take (so in half precision the same rounding), without gradient."""
+        plans, groups = self.passes(micros)
+        with torch.no_grad():
+            for group in groups:
+                fws = self.forward_pass([micros[i] for i in group], [plans[i] for i in group], need_ref=False)
+                for i, fw in zip(group, fws, strict=True):
+                    gap.adopt(micros[i], fw.start, fw.logp_BT, fw.mask_BT)
+
     def zero_grad(self) -> None:
         """Drop the accumulated gradient (the model's, and the masters' when there are masters)."""
         self.optimizer.zero_grad(set_to_none=True)
@@ -205,23 +257,26 @@ class TorchTrainer:
         # Where the step's time goes, as the host sees it (on a GPU kernels run asynchronously, so the
         # split is approximate there; the total is not).
         phase = {"forward": 0.0, "backward": 0.0, "optimizer": 0.0}
-        for _ in range(t.ppo_epochs):
-            for mini in chunks(len(samples), t.mini_batch_size):
+        # Collated once: every epoch takes the same mini-batches (and recomputed old log-probs stay put).
+        minis = [
+            [collate(samples[mini][m], self.pad_id) for m in chunks(len(samples[mini]), t.micro_batch_size)]
+            for mini in chunks(len(samples), t.mini_batch_size)
+        ]
+        gap = OldLogprobGap() if self.recomputes_old else None
+        if gap is not None:
+            t_re = time.perf_counter()
+            for micros in minis[1:]:  # before any update; the first mini-batch's come with its own forward
+                self.recompute_old(micros, gap)
+            phase["recompute_old"] = time.perf_counter() - t_re
+        for epoch in range(t.ppo_epochs):
+            for j, micros in enumerate(minis):
                 self.zero_grad()
-                mini_samples = samples[mini]
-                micros = [
-                    collate(mini_samples[m], self.pad_id)
-                    for m in chunks(len(mini_samples), t.micro_batch_size)
-                ]
                 dens = [
                     float(aggregate_denominator(c.mask_BT, c.weights_B, self.loss_cfg.agg)) for c in micros
                 ]
                 total = sum(dens)
-                plans = [self.plan(c) for c in micros]
-                # Packed micro-batches share a pass up to the token budget: one forward/backward, so each
-                # weight's gradient is written once per pass, not once per micro-batch.
-                sizes = [packed_length(c, p) if p.layout is Layout.PACKED else None for c, p in zip(micros, plans, strict=True)]
-                for group in pass_groups(sizes, t.pass_max_tokens):
+                plans, groups = self.passes(micros)
+                for group in groups:
                     t_fw = time.perf_counter()
                     fws = self.forward_pass(
                         [micros[i] for i in group],
@@ -233,6 +288,8 @@ class TorchTrainer:
                     for i, fw in zip(group, fws, strict=True):
                         c, den = micros[i], dens[i]
                         n_tokens += c.n_tokens
+                        if gap is not None and epoch == 0 and j == 0:  # no update yet: this forward is the old policy
+                            gap.adopt(c, fw.start, fw.logp_BT, fw.mask_BT)
                         loss, m = self.loss_fn(
                             logp_BT=fw.logp_BT,
                             old_logp_BT=c.old_logp_BT[:, fw.start :],
@@ -274,4 +331,6 @@ class TorchTrainer:
             train_backward_s=phase["backward"],
             train_optimizer_s=phase["optimizer"],
         )
+        if gap is not None:
+            out.update(gap.metrics(), train_recompute_old_s=phase["recompute_old"])
         return out
