@@ -14,7 +14,8 @@ episode's advantage and loss weight) becomes one row, split where verl splits an
 - `response_mask` (B, R): 1 on trainable tokens (the tracker's loss mask);
 - `old_log_probs` (B, R): the sampling-time logprobs the tracker recorded (0 where nothing was sampled);
   verl's trainer recomputes old log-probs with the actor unless told otherwise, so a loop that wants these
-  must skip that recompute (the torch and vllm backends train on them directly);
+  must skip that recompute (the torch trainer takes them as they are unless `training.old_logprobs`
+  recomputes them);
 - `advantages` (B, R): the sample's advantage on its trainable tokens, 0 elsewhere (verl's convention);
 - `rollout_is_weights` (B, R): the sample's loss weight (1/k for the k samples of an episode) on its
   trainable tokens. verl multiplies every policy loss by this tensor, and the swarm losses registered

@@ -9,9 +9,11 @@ inference (the server pauses inference around `train_step`, so no request is in 
 - full weights: vLLM's IPC weight-transfer engine hands CUDA IPC handles of the trainer's parameters to
   vLLM (`/start_weight_update`, `trainer_send_weights`, `/finish_weight_update`); nothing is copied to disk.
 
-Old log-probs stay the sampling-time ones vLLM reported (raw, untempered); the trainer recomputes the
-current policy's with transformers, so kernel differences between the two show up as a ratio slightly
-off 1 on the first epoch (the clip bounds their effect).
+Old log-probs: vLLM reports the sampling-time ones (raw, untempered), computed by other kernels than the
+trainer's transformers forward. A ratio built on them starts off 1 by the kernel gap, which a GSPO sequence
+clip reads as off-policy (in bfloat16 on the torch backend the gap put 69-97% of sequences past GSPO's
+clips, docs/benchmarks/old_logprob_gap.md), so `training.old_logprobs: auto` has the trainer recompute them
+on this backend before each step's first update.
 
 Not run on a GPU yet: see docs/engine.md, "GPU backends".
 """
