@@ -1,6 +1,6 @@
 """benchmarks/cocktail.py: the analysis on hand-made numbers (an interval computed by hand, a planted
 cocktail - specialist difference found only where planted, seeds paired), the jobs' fairness rule, and the
-pipeline end to end on the tiny model (2 seeds, a cocktail of 3 steps and three 1-step specialists, real
+pipeline end to end on the tiny model (2 seeds, 2 of the tasks: a cocktail of 2 steps and two 1-step specialists, real
 `swarm serve` subprocesses): outputs written, finished runs reused, a run dir of other settings refused.
 Checks structure and statistics, never speed."""
 
@@ -91,19 +91,22 @@ def test_every_task_gets_the_same_episodes_in_both_arms():
         ck.parse_args(["--batch", "4"])  # 4 tasks a batch cannot hold 3 tasks equally
 
 
+SMOKE_TASKS = ("arithmetic", "calculator")  # a one-call task and the multi-turn one: 6 runs, not the default's 8
+
+
 @pytest.mark.slow
-@pytest.mark.timeout(900)  # real servers and training: 168-302 s in a suite beside a 2-slot sweep on 2 cores; 300 s cut one
+@pytest.mark.timeout(900)  # real servers and training: 168-302 s (8 runs) in a suite beside a 2-slot sweep on 2 cores
 def test_smoke_run_trains_every_arm_writes_the_outputs_and_reuses_finished_runs(tmp_path, capsys):
     out, runs = tmp_path / "cocktail", tmp_path / "runs"
-    argv = ["--smoke", "--out", str(out), "--runs", str(runs)]
+    argv = ["--smoke", "--tasks", *SMOKE_TASKS, "--out", str(out), "--runs", str(runs)]
     result = ck.main(argv)
     for suffix in (".json", ".md", ".png"):
         assert out.with_suffix(suffix).stat().st_size > 0
     assert json.loads(out.with_suffix(".json").read_text())["args"]["model"] == "tiny"
     assert sorted((r["arm"], r["task"] or "", r["seed"]) for r in result["runs"]) == sorted(
-        (arm, t, s) for s in (0, 1) for arm, t in [("cocktail", ""), *(("specialist", t) for t in ck.DEFAULT_TASKS)])
+        (arm, t, s) for s in (0, 1) for arm, t in [("cocktail", ""), *(("specialist", t) for t in SMOKE_TASKS)])
     assert not any(r["reused"] for r in result["runs"])
-    for t in ck.DEFAULT_TASKS:
+    for t in SMOKE_TASKS:
         row = result["summary"][t]
         assert row["seeds"] == [0, 1] and row["cocktail_minus_specialist"]["n"] == 2
         assert all(0 <= v <= 1 for arm in (ck.COCKTAIL, ck.SPECIALIST) for v in result["table"][t][arm].values())
@@ -116,7 +119,7 @@ def test_smoke_run_trains_every_arm_writes_the_outputs_and_reuses_finished_runs(
 
     capsys.readouterr()
     ck.main([*argv, "--dry-run"])
-    assert capsys.readouterr().out.count("finished") == 8
+    assert capsys.readouterr().out.count("finished") == 6
     with pytest.raises(SystemExit, match="other settings"):
         ck.main([*argv, "--temperature", "0.5"])  # same run dirs, another setting: refused, not reused
 
