@@ -171,8 +171,8 @@ def test_crash_between_dispatch_and_launch_is_recovered(make_ws):
     assert a2.state == "succeeded"
 
 
-def test_hung_worker_is_fenced_within_two_heartbeats(make_ws, tmp_path):
-    """A worker that stops heartbeating (pane alive, job running) is declared stale after 2 heartbeats,
+def test_hung_worker_is_fenced_after_the_heartbeat_silence_limit(make_ws, tmp_path):
+    """A worker that stops heartbeating (pane alive, job running) is declared stale after `stale_after_s`,
     its job is killed before the retry starts, and the retry resumes from the checkpoint."""
     wrapper = tmp_path / "python"
     wrapper.write_text(
@@ -186,13 +186,12 @@ def test_hung_worker_is_fenced_within_two_heartbeats(make_ws, tmp_path):
     a = ws.attempts(run.id)[0]
     assert ws.wait([run.id], timeout=60, drive=True)[run.id] == "succeeded", history(ws, run.id)
     lost, retry = ws.attempts(run.id)
-    hb = ws.config.scheduler.heartbeat_s
+    limit = ws.config.scheduler.stale_after
     assert (lost.state, lost.failure_kind) == ("stale", "infrastructure") and "no heartbeat" in lost.reason
-    # The rule, exactly: stale after 2 heartbeats, never before. When the driver's tick notices it is timing:
-    # a fresh-clone CI run on the loaded 2-core machine saw 1.56 s against the old bound of 2 x 0.5 + 0.5 s,
-    # so the bound above it leaves a loaded machine's headroom, still far below a slower rule's 10 heartbeats.
-    assert ws.config.scheduler.stale_after == 2 * hb
-    assert 2 * hb <= lost.ended_at - lost.heartbeat_at <= 2 * hb + 3.0, "stale after 2 heartbeats (+ a late tick)"
+    # The rule, exactly: stale after the configured silence, never before (the default of 2 heartbeats is
+    # test_config's). When the driver's tick notices it is timing, so the upper bound leaves a loaded
+    # machine's headroom (a fresh-clone CI run saw a tick 0.56 s late).
+    assert limit <= lost.ended_at - lost.heartbeat_at <= limit + 3.0, "stale after the limit (+ a late tick)"
     assert not pgid_alive(a.job_pgid), "fenced: the hung worker's job was killed"
     assert retry.dispatched_at >= lost.ended_at and retry.retry_of == lost.id
     assert "resuming at step 0" not in ws.logs(run.id), "the retry resumed from the checkpoint"
