@@ -83,6 +83,14 @@ def _add_plugin_commands(sub: argparse._SubParsersAction) -> None:
             print(f"swarm: the command {ep.name!r} from {ep.value} is unavailable ({e})", file=sys.stderr)
 
 
+def _is_builtin(argv: list[str] | None, sub: argparse._SubParsersAction) -> bool:
+    """Whether the command line names one of the engine's own subcommands: then plugin commands are not
+    loaded, since argparse never reaches them (`swarm --help` and a plugin's name still load them all)."""
+    words = sys.argv[1:] if argv is None else argv
+    first = next((w for w in words if not w.startswith("-")), None)
+    return first in sub.choices
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
     import httpx
 
@@ -154,8 +162,6 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--once", action="store_true", help="print one snapshot and exit")
     t.set_defaults(fn=_cmd_top)
 
-    _add_plugin_commands(sub)
-
     tr = sub.add_parser(
         "train", help="train a built-in task end to end (starts the server(s) and the client): one model, "
         "a task mix (mix:), or a team of models (team:)",
@@ -181,6 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     au.add_argument("--eval-items", type=int, help="the held-out set size every evaluation must have scored")
     au.add_argument("--json", action="store_true", help="print the report as JSON")
     au.set_defaults(fn=_cmd_audit)
+
+    if not _is_builtin(argv, sub):  # a server's start should not pay for importing other packages' commands
+        _add_plugin_commands(sub)
 
     args = p.parse_args(argv)
     try:

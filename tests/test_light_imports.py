@@ -49,10 +49,10 @@ PROBES = {
 }
 
 
-def heavy_modules_after(code: str) -> list[str]:
-    """The HEAVY modules a fresh interpreter holds after running `code` in this tree (`-c` puts the working
-    directory first on sys.path)."""
-    script = f"{code}\nimport json, sys\nprint(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))"
+def heavy_modules_after(code: str, names: tuple[str, ...] = HEAVY) -> list[str]:
+    """The modules of `names` a fresh interpreter holds after running `code` in this tree (`-c` puts the
+    working directory first on sys.path)."""
+    script = f"{code}\nimport json, sys\nprint(json.dumps([m for m in {names!r} if m in sys.modules]))"
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -66,3 +66,23 @@ def test_process_that_never_computes_imports_no_torch(probe):
 def test_probe_sees_torch_when_it_is_imported():
     """The probe itself can fail: a process that looks a loss function up does import torch."""
     assert heavy_modules_after("from engine.algorithms import get_policy_loss\nget_policy_loss('gspo')") == ["torch"]
+
+
+def _swarm(*argv: str) -> str:
+    return (
+        "import contextlib, io, sys\n"
+        "from engine.cli import main\n"
+        f"sys.argv = ['swarm', *{list(argv)!r}]\n"
+        "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+        "    main()"
+    )
+
+
+def test_swarm_serve_loads_no_plugin_command():
+    """Every server is a `swarm serve` process, and loading the `swarm.commands` entry points there imported
+    the whole dashboard (its app, queries and plotting: 1.4 s of a tiny server's 3.3 s to /health). The
+    engine's own commands load no plugin; `swarm --help` does, so the probe can see one."""
+    plugin = ("a3r.dashboard.swarm_command",)
+    assert heavy_modules_after(_swarm("serve", "--help"), plugin) == []
+    assert heavy_modules_after(_swarm("train", "--help"), plugin) == []
+    assert heavy_modules_after(_swarm("--help"), plugin) == list(plugin)
