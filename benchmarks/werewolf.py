@@ -24,10 +24,13 @@ says so beside it; one seed's win rate over K held-out games also carries binomi
 Seeds vary the training deals and the sampling streams (task ids); the model's weights and the held-out
 deals are the same in every run, so the untrained baseline is measured once.
 
-Resuming (a run spread over sessions): each finished run is saved in `WORK/ARM-sSEED/result.json`, the
-baseline in `WORK/baseline.json`, with the settings that shape it (OUTCOME_SETTINGS, --concurrency included).
-The same command with the same `--work` reuses what is finished, trains the rest, and with nothing left
-starts no server; a result saved under other settings is refused, never mixed in. A run killed mid-way
+Resuming (a run spread over sessions): each finished run is saved in `RESULTS/ARM-sSEED.json`, the baseline
+in `RESULTS/baseline.json`, with the settings that shape it (OUTCOME_SETTINGS, --concurrency included).
+RESULTS (`--results`, default OUT_runs beside the page: docs/benchmarks/werewolf_results_runs/) is small and
+meant to be committed, because a session's scratch (`--work`: run dirs, checkpoints, logs) does not always
+outlive it, and a finished run of an hour must not be lost with it. The same command reuses what is
+finished, trains the rest, and with nothing left starts no server; a result saved under other settings is
+refused, never mixed in. A run killed mid-way
 resumes after its last finished step: every step is checkpointed and its training curve saved
 (`progress.json`), and when the newest checkpoint is of that step the server resumes from it. The step it
 was killed in is played again from the start; episodes of it that the server had already pooled (sampled
@@ -84,9 +87,8 @@ OUTCOME_SETTINGS = ("model", "side", "steps", "games", "group", "eval", "setups"
 # The baseline (greedy games of the untrained model on the held-out deals) does not depend on training.
 # The prefix cache is in both: a cached prefix's KV was computed in another pass shape (float rounding).
 BASELINE_SETTINGS = ("model", "side", "eval", "setups", "max_rounds", "max_tokens", "concurrency", "prefix_cache_mib")
-RESULT = "result.json"  # in each run dir
 PROGRESS = "progress.json"  # in each run dir while it trains: the curve so far, to resume after a kill
-BASELINE = "baseline.json"  # in --work
+BASELINE = "baseline.json"  # in --results, beside one ARM-sSEED.json per finished run
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -108,12 +110,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     "conversation, whose KV the cache keeps; 0 turns it off")
     ap.add_argument("--smoke", action="store_true", help="tiny model, 2 seeds, 1 step, 2 held-out deals (flags given beside it win)")
     ap.add_argument("--out", default="docs/benchmarks/werewolf_results", help="writes OUT.json and OUT.md")
-    ap.add_argument("--work", default="runs/werewolf-bench", help="the servers' run dirs and logs")
+    ap.add_argument("--work", default="runs/werewolf-bench", help="the servers' run dirs, checkpoints and logs (scratch)")
+    ap.add_argument("--results", help="the finished runs and the baseline, one small JSON each, to commit "
+                    "(default: OUT_runs beside the page)")
     args = ap.parse_args(argv)
     if args.smoke:  # the smoke's settings are defaults: a flag given beside --smoke wins (--smoke --lr 2e-3)
         ap.set_defaults(model="tiny", seeds=2, steps=1, games=1, group=2, eval=2,
                         max_tokens=4, lr=1e-3, setups="3x1", max_rounds=1)  # ~8 calls a game
         args = ap.parse_args(argv)
+    args.results = args.results or f"{args.out}_runs"
     try:
         args.task = ww.Werewolf(tuple(tuple(int(x) for x in s.split("x")) for s in args.setups.split(",")), args.max_rounds)
     except ValueError as e:
@@ -166,6 +171,7 @@ def settings(args: argparse.Namespace, keys: tuple[str, ...] = OUTCOME_SETTINGS)
 def save(path: Path, keys: dict[str, Any], result: dict) -> None:
     """Write a finished result with the settings it ran under, whole or not at all (a kill mid-write leaves
     no half file that a rerun would take for finished)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, json.dumps({"settings": keys, "result": result}, indent=2))
 
 
@@ -184,35 +190,42 @@ def saved(path: Path, keys: dict[str, Any]) -> tuple[dict | None, list[str]]:
     return (None, diff) if diff else (result, [])
 
 
-def finished(args: argparse.Namespace, root: Path) -> tuple[dict | None, dict[tuple[str, int], dict]]:
-    """The baseline and the runs (arm, seed) already finished in `root` under these settings. Refuses, before
-    anything starts, every result saved under other settings: reusing it would report them under this command."""
+def result_path(results: Path, arm: str, seed: int) -> Path:
+    return results / f"{arm}-s{seed}.json"
+
+
+def finished(args: argparse.Namespace, results: Path) -> tuple[dict | None, dict[tuple[str, int], dict]]:
+    """The baseline and the runs (arm, seed) already finished in `results` under these settings. Refuses,
+    before anything starts, every result saved under other settings: reusing it would report them under this
+    command."""
     refused = []
-    baseline, diff = saved(root / BASELINE, settings(args, BASELINE_SETTINGS))
+    baseline, diff = saved(results / BASELINE, settings(args, BASELINE_SETTINGS))
     if diff:
-        refused.append(f"{root / BASELINE}: {', '.join(diff)}")
+        refused.append(f"{results / BASELINE}: {', '.join(diff)}")
     runs = {}
     for seed in range(args.seeds):
         for arm in ARMS:
-            run, diff = saved(root / f"{arm}-s{seed}" / RESULT, settings(args))
+            path = result_path(results, arm, seed)
+            run, diff = saved(path, settings(args))
             if diff:
-                refused.append(f"{root / f'{arm}-s{seed}'}: {', '.join(diff)}")
+                refused.append(f"{path}: {', '.join(diff)}")
             elif run is not None:
                 runs[(arm, seed)] = run
     if refused:
-        raise SystemExit(f"{root} holds results saved under other settings:\n  " + "\n  ".join(refused) + "\n"
-                         "Nothing was started. Pass another --work, or delete what is named above to redo it with "
-                         "these settings.")
+        raise SystemExit(f"{results} holds results saved under other settings:\n  " + "\n  ".join(refused) + "\n"
+                         "Nothing was started. Pass another --results, or delete what is named above to redo it "
+                         "with these settings.")
     return baseline, runs
 
 
 def resumable(run_dir: Path, keys: dict[str, Any]) -> list[float]:
     """The training curve of an unfinished run that can go on: its progress was saved under these settings
     and its newest checkpoint is of the last step saved, so the server resumes there (weights, optimizer,
-    pool). [] otherwise: the run starts over (a step trained after the last progress save, or none saved)."""
+    pool). [] otherwise: the run starts over (a step trained after the last progress save, or none saved).
+    A finished run deletes its checkpoints, so it never resumes."""
     progress, _ = saved(run_dir / PROGRESS, keys)
     ckpt = latest_checkpoint(run_dir)
-    if progress is None or ckpt is None or (run_dir / RESULT).exists():
+    if progress is None or ckpt is None:
         return []
     curve = progress["train_win_rate"]
     return curve if read_state(ckpt).get("global_step") == len(curve) else []
@@ -285,7 +298,7 @@ def game_stats(results: list[GameResult], side: Side) -> dict[str, Any]:
 def train_arm(args: argparse.Namespace, arm: str, seed: int, fixed: SwarmClient, held: list, root: Path,
               factory: ServerFactory) -> dict:
     """One arm of one seed: train from the untrained model in an emptied run dir, then evaluate against the
-    fixed opponent; the result is saved in the run dir (RESULT) with its settings."""
+    fixed opponent; the result is saved in --results with its settings."""
     side = Side(args.side)
     train_items, _ = split_items(args.task, args.games * args.steps, args.eval, seed)
     sampling = {"temperature": 1.0, "max_tokens": args.max_tokens}
@@ -322,7 +335,7 @@ def train_arm(args: argparse.Namespace, arm: str, seed: int, fixed: SwarmClient,
     # was spent in another session, under another load).
     result = {"arm": arm, "seed": seed, "train_win_rate": curve, "after": after, "wall_s": time.monotonic() - t0,
               "resumed_after_step": resumed_after, "git_commit": git("rev-parse", "HEAD")}
-    save(run_dir / RESULT, settings(args), result)
+    save(result_path(Path(args.results), arm, seed), settings(args), result)
     shutil.rmtree(checkpoints_dir(run_dir), ignore_errors=True)  # 1.6 GB each for SmolLM2; the result is saved
     return {**result, "reused": False}
 
@@ -411,24 +424,24 @@ def _wall(result: dict) -> str:
         return f"wall {result['wall_s']:.0f} s."
     what = f"{reused} of {len(result['runs'])} runs" + (" and the baseline" if result.get("baseline_reused") else "")
     return (f"wall {result['wall_s']:.0f} s for this invocation only: it reused {what}, finished earlier with the "
-            "same settings (`--work`), whose walls and load are not in it. Each run's own training wall is "
+            "same settings (`--results`), whose walls and load are not in it. Each run's own training wall is "
             "`wall_s` in the JSON, from the session that trained it.")
 
 
 def main(argv: list[str] | None = None, server_factory: ServerFactory = server_process) -> dict:
     args = parse_args(argv)
     out = Path(args.out)
-    root = Path(args.work)
+    root, results = Path(args.work), Path(args.results)
     load_before, t0 = loadavg(), time.monotonic()
     side = Side(args.side)
     _, held = split_items(args.task, 0, args.eval, 0)
-    baseline, done = finished(args, root)
+    baseline, done = finished(args, results)
     baseline_reused = baseline is not None
     if baseline_reused:
-        print(f"baseline: reused {root / BASELINE} (saved under the same settings)", file=sys.stderr)
+        print(f"baseline: reused {results / BASELINE} (saved under the same settings)", file=sys.stderr)
     runs = {k: {**r, "reused": True} for k, r in done.items()}
     for arm, seed in runs:
-        print(f"{arm} seed {seed}: reused the finished run in {root / f'{arm}-s{seed}'} (same settings)", file=sys.stderr)
+        print(f"{arm} seed {seed}: reused the finished run {result_path(results, arm, seed)} (same settings)", file=sys.stderr)
     todo = [(arm, seed) for seed in range(args.seeds) for arm in ARMS if (arm, seed) not in runs]
     if baseline is None or todo:  # with everything finished, no server starts: only the page is rewritten
         fresh_dir(root / "fixed")
@@ -436,7 +449,7 @@ def main(argv: list[str] | None = None, server_factory: ServerFactory = server_p
         try:
             if baseline is None:
                 baseline = game_stats(evaluate(fixed, fixed, side, held, args.max_tokens, args.concurrency), side)
-                save(root / BASELINE, settings(args, BASELINE_SETTINGS), baseline)
+                save(results / BASELINE, settings(args, BASELINE_SETTINGS), baseline)
             for arm, seed in todo:
                 runs[(arm, seed)] = train_arm(args, arm, seed, fixed, held, root, server_factory)
         finally:

@@ -6,6 +6,7 @@ gain and no gain where none was planted. Checks structure and statistics, never 
 from __future__ import annotations
 
 import json
+import shutil
 import time
 
 import pytest
@@ -57,9 +58,8 @@ def test_a_flag_given_beside_smoke_wins_over_the_smokes_setting():
 def test_a_result_saved_under_other_settings_is_refused_before_any_server_starts(tmp_path):
     """A finished run of --lr 1e-3 is not reused by a command of --lr 2e-3: the message names lr, both values,
     the folder and the fix, and no server starts."""
-    work = tmp_path / "runs"
-    (work / "non-shared-s1").mkdir(parents=True)
-    ww.save(work / "non-shared-s1" / ww.RESULT, ww.settings(ww.parse_args(["--smoke"])), {"arm": "non-shared", "seed": 1})
+    work, results = tmp_path / "runs", tmp_path / "werewolf_runs"
+    ww.save(ww.result_path(results, "non-shared", 1), ww.settings(ww.parse_args(["--smoke"])), {"arm": "non-shared", "seed": 1})
 
     def no_server(run_dir):
         raise AssertionError(f"a server started for {run_dir}")
@@ -67,8 +67,8 @@ def test_a_result_saved_under_other_settings_is_refused_before_any_server_starts
     with pytest.raises(SystemExit) as refused:
         ww.main(["--smoke", "--lr", "2e-3", "--out", str(tmp_path / "werewolf"), "--work", str(work)], no_server)
     message = str(refused.value)
-    assert "lr (0.001 there, 0.002 now)" in message and str(work / "non-shared-s1") in message
-    assert "another --work" in message and "delete" in message
+    assert "lr (0.001 there, 0.002 now)" in message and str(results / "non-shared-s1.json") in message
+    assert "another --results" in message and "delete" in message
     assert "max_tokens" not in message  # only the settings that differ
     assert not (tmp_path / "werewolf.json").exists()
 
@@ -103,12 +103,21 @@ def test_a_rerun_reuses_finished_runs_and_retrains_only_a_killed_one(tmp_path, i
         ww.main([*argv, "--lr", "2e-3"], counting)
     assert started == []
 
-    killed = work / "shared-s1"
-    (killed / ww.RESULT).unlink()
+    # The finished results live beside the page (to be committed), not in the scratch --work: a new
+    # checkout without the scratch reuses them all.
+    assert sorted(p.name for p in (tmp_path / "werewolf_runs").iterdir()) == [
+        "baseline.json", "non-shared-s0.json", "non-shared-s1.json", "shared-s0.json", "shared-s1.json"]
+    shutil.rmtree(work)
+    assert ww.main(argv, counting)["summary"] == first["summary"] and started == []
+
+    killed, result = work / "shared-s1", ww.result_path(tmp_path / "werewolf_runs", "shared", 1)
+    result.unlink()
+    killed.mkdir(parents=True)
+    (killed / "server.log").write_text("from the killed run")
     (killed / "stale-checkpoint").write_text("from the killed run")
     third = ww.main(argv, counting)
     assert sorted(started) == ["fixed", "shared-s1"]
-    assert not (killed / "stale-checkpoint").exists() and (killed / ww.RESULT).exists()
+    assert not (killed / "stale-checkpoint").exists() and result.exists()
     assert {(r["arm"], r["seed"]): r["reused"] for r in third["runs"]} == {
         ("shared", 0): True, ("non-shared", 0): True, ("shared", 1): False, ("non-shared", 1): True}
     assert third["baseline_reused"]
@@ -156,7 +165,8 @@ def test_a_run_killed_after_a_step_resumes_from_its_checkpoint_and_trains_only_t
     with pytest.raises(KeyboardInterrupt):
         ww.main(argv, KillAtStep2)
     progress = json.loads((run / ww.PROGRESS).read_text())["result"]["train_win_rate"]
-    assert len(progress) == 1 and ww.latest_checkpoint(run) is not None and not (run / ww.RESULT).exists()
+    assert len(progress) == 1 and ww.latest_checkpoint(run) is not None
+    assert not ww.result_path(tmp_path / "werewolf_runs", "shared", 0).exists()
     assert ww.resumable(run, ww.settings(ww.parse_args(argv))) == progress
     assert ww.resumable(run, {**ww.settings(ww.parse_args(argv)), "lr": 1.0}) == []  # other settings: start over
 
