@@ -7,6 +7,12 @@ from pathlib import Path
 
 ADMIN_TOKEN = "sk-admin-test-" + "x" * 24
 
+# The heartbeat silence after which tests' schedulers declare an attempt stale. Tests heartbeat fast (0.5-1 s),
+# but on a loaded 2-core CI machine a heartbeat (an fsync'd file and a SQLite commit) can stall past a second
+# while other tests write checkpoints; a fresh-clone CI run saw a healthy retry declared stale that way under
+# the default of 2 heartbeats. Tests that check the detection itself read the configured limit.
+TEST_STALE_AFTER_S = 6.0
+
 
 def child_pids(pid: int) -> list[int]:
     """The live children of process `pid` (a job's own server, say), read from /proc."""

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tests_support import TEST_STALE_AFTER_S
 
 from a3r.api import Workspace
 from a3r.blueprints import Blueprint, Budget
@@ -22,14 +23,12 @@ from a3r.config import HostSpec, SchedulerConfig, WorkspaceConfig
 FAKE_JOB = Path(__file__).with_name("fake_job.py")
 PY = sys.executable
 
-# Fast clocks so the suite runs in seconds: heartbeat 0.5 s, tick 0.125 s. The silence that marks an attempt
-# stale is not the default 2 heartbeats (1 s) but 6 s: on a loaded 2-core CI machine a worker's heartbeat
-# (an fsync'd file and a SQLite commit) can stall past a second while other tests write checkpoints, and a
-# fresh-clone CI run saw a healthy retry declared stale that way (three attempts where the test expected
-# two). The default rule itself is checked in test_config; the tests here check the configured limit.
+# Fast clocks so the suite runs in seconds: heartbeat 0.5 s, tick 0.125 s; an attempt is stale after
+# TEST_STALE_AFTER_S of silence, not the default 2 heartbeats (why: tests_support; the default rule is checked
+# in test_config).
 FAST = dict(
     heartbeat_s=0.5,
-    stale_after_s=6.0,
+    stale_after_s=TEST_STALE_AFTER_S,
     backoff_base_s=0.2,
     backoff_max_s=2.0,
     start_grace_s=15.0,

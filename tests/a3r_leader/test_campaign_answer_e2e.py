@@ -15,7 +15,7 @@ import json
 import os
 
 import pytest
-from tests_support import run_campaign_and_close
+from tests_support import TEST_STALE_AFTER_S, run_campaign_and_close
 
 from a3r.api import Workspace
 from a3r.config import HostSpec, SchedulerConfig, WorkspaceConfig
@@ -32,7 +32,10 @@ from a3r.leader import LeaderConfig, OfflinePolicy, ResearchBudget
 def test_a_smollm2_campaign_names_the_learning_rate_that_trains(tmp_path):
     ws = Workspace.create(
         tmp_path / "ws",
-        WorkspaceConfig(hosts=[HostSpec(name="local", slots=1)], scheduler=SchedulerConfig(heartbeat_s=1.0)),
+        WorkspaceConfig(
+            hosts=[HostSpec(name="local", slots=1)],
+            scheduler=SchedulerConfig(heartbeat_s=1.0, stale_after_s=TEST_STALE_AFTER_S),
+        ),
     )
     config = LeaderConfig(
         campaign="lr",

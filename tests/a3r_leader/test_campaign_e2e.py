@@ -14,7 +14,7 @@ import sys
 import time
 
 import pytest
-from tests_support import run_campaign_and_close
+from tests_support import TEST_STALE_AFTER_S, run_campaign_and_close
 
 from a3r.api import Workspace
 from a3r.config import HostSpec, SchedulerConfig, WorkspaceConfig
@@ -53,7 +53,10 @@ def _tiny_campaign(tmp_path, campaign: str, goal: str, budget: ResearchBudget) -
     """A workspace with 2 local slots and a campaign's config on the tiny model (it cannot learn)."""
     ws = Workspace.create(
         tmp_path / "ws",
-        WorkspaceConfig(hosts=[HostSpec(name="local", slots=2)], scheduler=SchedulerConfig(heartbeat_s=1.0)),
+        WorkspaceConfig(
+            hosts=[HostSpec(name="local", slots=2)],
+            scheduler=SchedulerConfig(heartbeat_s=1.0, stale_after_s=TEST_STALE_AFTER_S),
+        ),
     )
     config = LeaderConfig(
         campaign=campaign,

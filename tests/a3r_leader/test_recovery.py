@@ -9,6 +9,7 @@ import json
 import sys
 
 import pytest
+from tests_support import TEST_STALE_AFTER_S
 
 from a3r.api import Workspace
 from a3r.config import HostSpec, SchedulerConfig, WorkspaceConfig
@@ -40,7 +41,11 @@ def tmux_ws(tmp_path):
     cfg = WorkspaceConfig(
         hosts=[HostSpec(name="local", slots=2)],
         scheduler=SchedulerConfig(
-            heartbeat_s=0.5, start_grace_s=15.0, session_linger_s=0.0, kill_grace_s=1.0
+            heartbeat_s=0.5,
+            stale_after_s=TEST_STALE_AFTER_S,
+            start_grace_s=15.0,
+            session_linger_s=0.0,
+            kill_grace_s=1.0,
         ),
     )
     ws = Workspace.create(tmp_path / "ws", cfg)

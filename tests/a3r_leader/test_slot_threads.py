@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from tests_support import TEST_STALE_AFTER_S
 
 from a3r.api import Workspace
 from a3r.config import SchedulerConfig, WorkspaceConfig, local_host
@@ -23,7 +24,9 @@ def test_default_slots_give_each_real_run_one_torch_thread(tmp_path):
     ws = Workspace.create(
         tmp_path / "ws",
         WorkspaceConfig(
-            hosts=[host], scheduler=SchedulerConfig(heartbeat_s=1.0, start_grace_s=60.0, session_linger_s=0.0)
+            hosts=[host], scheduler=SchedulerConfig(
+                heartbeat_s=1.0, stale_after_s=TEST_STALE_AFTER_S, start_grace_s=60.0, session_linger_s=0.0
+            ),
         ),
     )
     try:
