@@ -27,12 +27,18 @@ intervals over seeds; per-step diagnostics including `cross_in_band_frac`.
     python benchmarks/hacpo_pair.py --smoke --out /tmp/hacpo_pair_smoke                # minutes, tiny models
 
 Finished warm starts and runs are reused (benchmarks/hacpo_toy.py's records), so an interrupted comparison
-resumes by running the same command.
+resumes by running the same command. Each finished RL run is also saved beside the page (`--results`, default
+OUT_runs/seedS-METHOD.json, meant to be committed): a session's scratch (`--runs`: warm-start weights, run
+dirs) does not always outlive it, and a seed's four methods take longer than a session. A saved run names its
+warm starts by the SHA-256 of their weights, not by their scratch path, and is reused only by a command that
+plans the same job; a run still to train is paired with its seed's saved runs only if its rebuilt warm starts
+hash the same (the script refuses otherwise, since those runs would start from other weights).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import shlex
 import statistics
@@ -52,6 +58,7 @@ from benchmarks.common import loadavg, machine_record  # noqa: E402
 from benchmarks.hacpo_toy import finished, ordering, paired_t, read_run, run_once  # noqa: E402
 from engine.algorithms.losses import token_logprobs  # noqa: E402
 from engine.config import ModelConfig  # noqa: E402
+from engine.fsutil import atomic_write_text  # noqa: E402
 from engine.jobs import TrainJob  # noqa: E402
 from engine.models import LoadedModel, load_model  # noqa: E402
 from engine.tasks import get_task  # noqa: E402
@@ -249,6 +256,50 @@ def job_for(seed: int, method: str, agents: dict, args) -> TrainJob:
     )
 
 
+def weights_digest(model_dir: Path) -> str:
+    """SHA-256 over a warm start's weight files (names and bytes): what two runs must share to be paired."""
+    h = hashlib.sha256()
+    files = sorted(model_dir.glob("*.safetensors")) or sorted(model_dir.glob("*.bin"))
+    if not files:
+        raise SystemExit(f"{model_dir} holds no weight files to fingerprint: delete it to rebuild the warm start")
+    for path in files:
+        h.update(path.name.encode())
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 24):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+def portable_job(job: TrainJob, digests: dict[str, str]) -> dict:
+    """The job as saved beside the page: each agent's model, a path into this checkout's scratch, replaced by
+    the digest of its weights, so that another checkout can tell whether it plans the same job."""
+    data = job.model_dump(mode="json")
+    for agent, spec in data["team"]["agents"].items():
+        spec["model"]["name"] = f"sha256:{digests[agent]}"
+    return data
+
+
+def saved_runs(results: Path, seed: int, methods: list[str], plan) -> tuple[dict[str, dict], dict[str, str] | None]:
+    """The runs of `seed` saved in `results` for `methods`, and the warm-start digests they share (None when
+    none is saved). `plan(method, digests)` is the portable job this command would run; a saved run of another
+    job, or runs of one seed from different warm starts, are refused: pairing them would compare other things
+    than the methods."""
+    got, digests = {}, None
+    for method in methods:
+        path = results / f"seed{seed}-{method}.json"
+        if not path.exists():
+            continue
+        rec = json.loads(path.read_text())
+        if digests is not None and rec["warm"] != digests:
+            raise SystemExit(f"{path} trained from other warm starts than the other saved runs of seed {seed}: "
+                             "they cannot be paired; delete the runs of that seed to redo them")
+        if rec["job"] != plan(method, rec["warm"]):
+            raise SystemExit(f"{path} is a run of another job than this command plans (another setting): pass "
+                             "another --results, or delete it to redo it with these settings")
+        got[method], digests = rec, rec["warm"]
+    return got, digests
+
+
 def compare(runs: dict, agents: list[str], seeds: list[int], methods: list[str]) -> dict:
     out: dict = {}
     for a, b in COMPARISONS:
@@ -326,7 +377,8 @@ def main() -> None:
     ap.add_argument("--min-in-band", type=float, default=DEFAULT_MIN_IN_BAND, help="refuse below this in-band share")
     ap.add_argument("--precheck-only", action="store_true", help="warm starts and the pre-check, no RL")
     ap.add_argument("--out", default="docs/benchmarks/hacpo_pair")
-    ap.add_argument("--runs", default="runs/hacpo_pair")
+    ap.add_argument("--runs", default="runs/hacpo_pair", help="scratch: warm starts and run dirs")
+    ap.add_argument("--results", help="finished runs, one small JSON each, to commit (default: OUT_runs beside the page)")
     ap.add_argument("--smoke", action="store_true", help="tiny models and sizes: checks the pipeline in minutes")
     args = ap.parse_args()
     if not 0.5 < args.own_share <= 1:
@@ -337,6 +389,7 @@ def main() -> None:
         args.precheck_prompts, args.precheck_samples = 2, 2
     load_before, t0 = loadavg(), time.time()
     runs_root, out = Path(args.runs), Path(args.out)
+    results = Path(args.results or f"{out}_runs")
     out.parent.mkdir(parents=True, exist_ok=True)
     test_ids = {it.id for it in split_items(get_task(TASK), 0, args.eval_size, 0, HELD_OUT_SEED)[1]}
     items = precheck_items(args.precheck_prompts, test_ids)
@@ -356,18 +409,37 @@ def main() -> None:
         raise SystemExit("pre-check refused this setting: no RL run started (see above for why and what to change)")
     if args.precheck_only:
         return
-    warm.update({seed: {a: warm_start(a, seed, args, runs_root, excluded) for a in AGENTS} for seed in args.seeds[1:]})
-
-    runs, compute_s = {}, sum(info["wall_s"] for seed in warm.values() for _, info in seed.values())
+    agents_of = lambda models: {a: {"model": {"name": models[a]}, "lr": args.lr} for a in AGENTS}  # noqa: E731
+    runs, compute_s = {}, sum(info["wall_s"] for _, info in warm[first].values())
     for seed in args.seeds:
-        agents = {a: {"model": {"name": str(warm[seed][a][0].resolve())}, "lr": args.lr} for a in AGENTS}
+        plan = lambda method, digests, seed=seed: portable_job(job_for(seed, method, agents_of(digests), args), digests)  # noqa: E731
+        saved, digests = saved_runs(results, seed, args.methods, plan)
+        if len(saved) < len(args.methods):  # something to train: this seed's warm starts, as the saved runs had them
+            if seed not in warm:
+                warm[seed] = {a: warm_start(a, seed, args, runs_root, excluded) for a in AGENTS}
+                compute_s += sum(info["wall_s"] for _, info in warm[seed].values())
+            built = {a: weights_digest(warm[seed][a][0]) for a in AGENTS}
+            if digests is not None and built != digests:
+                raise SystemExit(f"seed {seed}'s warm starts rebuilt in {runs_root / 'sft'} are not the weights its saved "
+                                 f"runs ({', '.join(sorted(saved))}) trained from: new runs could not be paired with "
+                                 "them. Delete the saved runs of that seed to redo them all")
+            digests = built
         for method in args.methods:
-            run_dir = runs_root / f"seed{seed}-{method}"
-            job = job_for(seed, method, agents, args)
-            record = finished(run_dir, job) or run_once(run_dir, job)
-            compute_s += record["wall_s"]
-            summary = json.loads((run_dir / "summary.json").read_text())
-            runs[(seed, method)] = read_run(run_dir, summary)
+            if method in saved:
+                rec = saved[method]
+                print(f"seed {seed} {method}: reused {results / f'seed{seed}-{method}.json'}", flush=True)
+            else:
+                run_dir = runs_root / f"seed{seed}-{method}"
+                job = job_for(seed, method, agents_of({a: str(warm[seed][a][0].resolve()) for a in AGENTS}), args)
+                record = finished(run_dir, job) or run_once(run_dir, job)
+                summary = json.loads((run_dir / "summary.json").read_text())
+                rec = {"job": portable_job(job, digests), "warm": digests, "wall_s": record["wall_s"],
+                       "summary": summary, "run": read_run(run_dir, summary)}
+                results.mkdir(parents=True, exist_ok=True)
+                atomic_write_text(results / f"seed{seed}-{method}.json", json.dumps(rec, indent=2, default=str))
+            compute_s += rec["wall_s"]
+            runs[(seed, method)] = rec["run"]
+            summary = rec["summary"]
             print(f"seed {seed} {method}: before {summary.get('accuracy_before')} after {summary.get('accuracy_after')}", flush=True)
     names = list(AGENTS)
     score = {m: statistics.fmean(runs[(s, m)]["after"][a] for s in args.seeds for a in names) for m in args.methods}

@@ -4,6 +4,7 @@ and passes one that can, and every method of the comparison runs the same pair, 
 from __future__ import annotations
 
 import argparse
+import hashlib
 
 import pytest
 from tests_support import load_benchmark
@@ -101,3 +102,66 @@ def test_the_report_gives_each_seeds_in_band_share_per_learner():
     lines = hp.per_seed_lines(["add", "sub"], ["hacpo", "gspo"], [1], runs)
     assert "| 1 | hacpo | 0.900 | 0.800 | 0.30 | 0.95 |" in lines
     assert "| 1 | gspo | 0.850 | 0.700 | - | - |" in lines
+
+
+def test_finished_runs_are_saved_beside_the_page_and_pair_only_with_identical_warm_starts(monkeypatch, tmp_path):
+    """A seed's methods take longer than a session and the scratch (--runs) may not outlive it: each finished run
+    is saved in --results under its warm starts' weight digests. A new checkout (no scratch) reuses the saved runs
+    and trains only the missing method, from warm starts rebuilt bit for bit; rebuilt weights that differ, or
+    another setting, are refused before anything trains."""
+    import json
+    import shutil
+
+    weights = {"add": b"add-weights", "sub": b"sub-weights"}
+    trained = []
+
+    def warm_start(agent, seed, args, runs_root, excluded):
+        out = runs_root / "sft" / f"{agent}{seed}"
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "model.safetensors").write_bytes(weights[agent] + bytes([seed]))
+        return out, {"wall_s": 1.0}
+
+    def run_once(run_dir, job):
+        trained.append(run_dir.name)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        acc = {a: 0.5 + 0.1 * len(trained) for a in hp.AGENTS}
+        (run_dir / "summary.json").write_text(json.dumps({"accuracy_before": acc, "accuracy_after": acc}))
+        (run_dir / "metrics.jsonl").write_text(
+            "".join(json.dumps({"agent": a, "step": 1, "cross_in_band_frac": 0.5}) + "\n" for a in hp.AGENTS)
+        )
+        return {"job": job.model_dump(mode="json"), "wall_s": 2.0}
+
+    monkeypatch.setattr(hp, "warm_start", warm_start)
+    monkeypatch.setattr(hp, "run_once", run_once)
+    monkeypatch.setattr(hp, "precheck", lambda models, items, args: {"passed": True, "command": "c", "machine": {}})
+    monkeypatch.setattr(hp, "precheck_lines", lambda result: [])
+    monkeypatch.setattr(hp, "markdown", lambda *a: "")
+    out, runs, results = tmp_path / "out", tmp_path / "runs", tmp_path / "out_runs"
+
+    def main(*flags):
+        monkeypatch.setattr("sys.argv", ["hacpo_pair.py", "--seeds", "0", "1", "--out", str(out), "--runs", str(runs), *flags])
+        hp.main()
+        return json.loads(out.with_suffix(".json").read_text())
+
+    first = main("--methods", "hacpo", "gspo")
+    assert sorted(trained) == ["seed0-gspo", "seed0-hacpo", "seed1-gspo", "seed1-hacpo"]
+    saved = json.loads((results / "seed1-hacpo.json").read_text())
+    assert saved["warm"]["add"] == hashlib.sha256(b"model.safetensors" + b"add-weights\x01").hexdigest()
+    assert saved["job"]["team"]["agents"]["add"]["model"]["name"] == f"sha256:{saved['warm']['add']}"
+
+    shutil.rmtree(runs)  # a new checkout: no warm starts, no run dirs
+    trained.clear()
+    again = main("--methods", "hacpo", "gspo", "gspox2")
+    assert sorted(trained) == ["seed0-gspox2", "seed1-gspox2"]  # rebuilt warm starts, identical: paired
+    assert again["runs"]["seed1-hacpo"] == first["runs"]["seed1-hacpo"]
+
+    shutil.rmtree(runs)
+    trained.clear()
+    weights["sub"] = b"other-weights"  # a rebuild that does not reproduce the lost warm start
+    (results / "seed0-naive.json").unlink(missing_ok=True)
+    with pytest.raises(SystemExit, match="not the weights its saved runs"):
+        main("--methods", "hacpo", "naive")
+    assert trained == []
+    with pytest.raises(SystemExit, match="another job"):
+        main("--methods", "hacpo", "--lr", "2e-5")
+    assert trained == []
