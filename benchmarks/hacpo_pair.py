@@ -300,6 +300,18 @@ def saved_runs(results: Path, seed: int, methods: list[str], plan) -> tuple[dict
     return got, digests
 
 
+# Arguments that do not change the pre-check's answer: which runs follow it and where things go.
+NOT_GATE_SETTINGS = {"seeds", "methods", "out", "runs", "results", "precheck_only"}
+
+
+def saved_precheck(path: Path, keys: dict, digests: dict[str, str] | None) -> dict | None:
+    """The saved pre-check result when it was measured under `keys` on warm starts of these `digests`."""
+    if digests is None or not path.exists():
+        return None
+    gate = json.loads(path.read_text())
+    return gate["result"] if gate.get("settings") == keys and gate.get("warm") == digests else None
+
+
 def compare(runs: dict, agents: list[str], seeds: list[int], methods: list[str]) -> dict:
     out: dict = {}
     for a, b in COMPARISONS:
@@ -396,24 +408,39 @@ def main() -> None:
     excluded = test_ids | {it.id for it in items}
 
     # The pre-check reads only the first seed's warm starts: it runs before the other seeds' (10-15 CPU-min
-    # each on 2 cores) are paid for, and --precheck-only never pays for them.
+    # each on 2 cores) are paid for, and --precheck-only never pays for them. A later session whose first seed
+    # is all saved reuses the saved pre-check of those very warm starts instead of rebuilding them to ask again.
     first = args.seeds[0]
-    warm = {first: {a: warm_start(a, first, args, runs_root, excluded) for a in AGENTS}}
-    t_pre = time.time()
-    result = precheck({a: warm[first][a][0] for a in AGENTS}, items, args)
-    result.update(seed=first, wall_s=time.time() - t_pre, command=shlex.join(["python", "benchmarks/hacpo_pair.py", *sys.argv[1:]]),
-                  machine=machine_record(load_before), sft={a: info for a, (_, info) in warm[first].items()})
-    Path(f"{out}_precheck.json").write_text(json.dumps(result, indent=2, default=str))
+    agents_of = lambda models: {a: {"model": {"name": models[a]}, "lr": args.lr} for a in AGENTS}  # noqa: E731
+    planner = lambda seed: lambda method, digests: portable_job(job_for(seed, method, agents_of(digests), args), digests)  # noqa: E731
+    gate_keys = json.loads(json.dumps({k: v for k, v in vars(args).items() if k not in NOT_GATE_SETTINGS}))
+    gate_path = results / f"precheck-seed{first}.json"
+    warm: dict[int, dict] = {}
+    result = None
+    if not args.precheck_only:
+        saved, digests = saved_runs(results, first, args.methods, planner(first))
+        if len(saved) == len(args.methods):
+            result = saved_precheck(gate_path, gate_keys, digests)
+    if result is None:
+        warm[first] = {a: warm_start(a, first, args, runs_root, excluded) for a in AGENTS}
+        t_pre = time.time()
+        result = precheck({a: warm[first][a][0] for a in AGENTS}, items, args)
+        result.update(seed=first, wall_s=time.time() - t_pre, command=shlex.join(["python", "benchmarks/hacpo_pair.py", *sys.argv[1:]]),
+                      machine=machine_record(load_before), sft={a: info for a, (_, info) in warm[first].items()})
+        Path(f"{out}_precheck.json").write_text(json.dumps(result, indent=2, default=str))
+        results.mkdir(parents=True, exist_ok=True)
+        gate = {"settings": gate_keys, "warm": {a: weights_digest(warm[first][a][0]) for a in AGENTS}, "result": result}
+        atomic_write_text(gate_path, json.dumps(gate, indent=2, default=str))
+    else:
+        print(f"pre-check: reused {gate_path} (the same settings and warm starts as seed {first}'s saved runs)", flush=True)
     print("\n".join(precheck_lines(result)), flush=True)
     if not result["passed"]:
         raise SystemExit("pre-check refused this setting: no RL run started (see above for why and what to change)")
     if args.precheck_only:
         return
-    agents_of = lambda models: {a: {"model": {"name": models[a]}, "lr": args.lr} for a in AGENTS}  # noqa: E731
-    runs, compute_s = {}, sum(info["wall_s"] for _, info in warm[first].values())
+    runs, compute_s = {}, sum(info["wall_s"] for seed in warm.values() for _, info in seed.values())
     for seed in args.seeds:
-        plan = lambda method, digests, seed=seed: portable_job(job_for(seed, method, agents_of(digests), args), digests)  # noqa: E731
-        saved, digests = saved_runs(results, seed, args.methods, plan)
+        saved, digests = saved_runs(results, seed, args.methods, planner(seed))
         if len(saved) < len(args.methods):  # something to train: this seed's warm starts, as the saved runs had them
             if seed not in warm:
                 warm[seed] = {a: warm_start(a, seed, args, runs_root, excluded) for a in AGENTS}
@@ -444,7 +471,8 @@ def main() -> None:
     names = list(AGENTS)
     score = {m: statistics.fmean(runs[(s, m)]["after"][a] for s in args.seeds for a in names) for m in args.methods}
     report = {
-        "command": result["command"], "machine": result["machine"], "wall_s": time.time() - t0, "compute_s": compute_s,
+        "command": shlex.join(["python", "benchmarks/hacpo_pair.py", *sys.argv[1:]]),
+        "machine": machine_record(load_before), "wall_s": time.time() - t0, "compute_s": compute_s,
         "config": vars(args), "precheck": result, "comparisons": compare(runs, names, args.seeds, args.methods),
         "ordering": ordering(score), "runs": {f"seed{s}-{m}": r for (s, m), r in runs.items()},
     }

@@ -66,6 +66,8 @@ def test_the_precheck_pays_only_for_the_first_seeds_warm_starts(monkeypatch, tmp
 
     def warm_start(agent, seed, args, runs_root, excluded):
         warmed.append((agent, seed))
+        (tmp_path / f"{agent}{seed}").mkdir(exist_ok=True)
+        (tmp_path / f"{agent}{seed}" / "model.safetensors").write_bytes(b"weights")
         return tmp_path / f"{agent}{seed}", {"wall_s": 0.0}
 
     monkeypatch.setattr(hp, "warm_start", warm_start)
@@ -107,8 +109,9 @@ def test_the_report_gives_each_seeds_in_band_share_per_learner():
 def test_finished_runs_are_saved_beside_the_page_and_pair_only_with_identical_warm_starts(monkeypatch, tmp_path):
     """A seed's methods take longer than a session and the scratch (--runs) may not outlive it: each finished run
     is saved in --results under its warm starts' weight digests. A new checkout (no scratch) reuses the saved runs
-    and trains only the missing method, from warm starts rebuilt bit for bit; rebuilt weights that differ, or
-    another setting, are refused before anything trains."""
+    and the first seed's saved pre-check without rebuilding anything, trains only a missing method, from warm
+    starts rebuilt bit for bit; rebuilt weights that differ, or another setting, are refused before anything
+    trains."""
     import json
     import shutil
 
@@ -133,7 +136,8 @@ def test_finished_runs_are_saved_beside_the_page_and_pair_only_with_identical_wa
 
     monkeypatch.setattr(hp, "warm_start", warm_start)
     monkeypatch.setattr(hp, "run_once", run_once)
-    monkeypatch.setattr(hp, "precheck", lambda models, items, args: {"passed": True, "command": "c", "machine": {}})
+    gated = []
+    monkeypatch.setattr(hp, "precheck", lambda models, items, args: gated.append(1) or {"passed": True})
     monkeypatch.setattr(hp, "precheck_lines", lambda result: [])
     monkeypatch.setattr(hp, "markdown", lambda *a: "")
     out, runs, results = tmp_path / "out", tmp_path / "runs", tmp_path / "out_runs"
@@ -144,13 +148,15 @@ def test_finished_runs_are_saved_beside_the_page_and_pair_only_with_identical_wa
         return json.loads(out.with_suffix(".json").read_text())
 
     first = main("--methods", "hacpo", "gspo")
-    assert sorted(trained) == ["seed0-gspo", "seed0-hacpo", "seed1-gspo", "seed1-hacpo"]
+    assert sorted(trained) == ["seed0-gspo", "seed0-hacpo", "seed1-gspo", "seed1-hacpo"] and gated == [1]
     saved = json.loads((results / "seed1-hacpo.json").read_text())
     assert saved["warm"]["add"] == hashlib.sha256(b"model.safetensors" + b"add-weights\x01").hexdigest()
     assert saved["job"]["team"]["agents"]["add"]["model"]["name"] == f"sha256:{saved['warm']['add']}"
 
     shutil.rmtree(runs)  # a new checkout: no warm starts, no run dirs
     trained.clear()
+    assert main("--methods", "hacpo", "gspo")["runs"] == first["runs"]
+    assert trained == [] and not runs.exists() and gated == [1]  # no warm start rebuilt, the pre-check reused
     again = main("--methods", "hacpo", "gspo", "gspox2")
     assert sorted(trained) == ["seed0-gspox2", "seed1-gspox2"]  # rebuilt warm starts, identical: paired
     assert again["runs"]["seed1-hacpo"] == first["runs"]["seed1-hacpo"]
