@@ -39,19 +39,22 @@ def split_roles(roles: Sequence[str], second: Sequence[str]) -> list[list[str]]:
 
 
 def play_task(client: SwarmClient, run: Callable, roles: Sequence[str], task_id: str, task: dict[str, Any],
-              sampling: dict[str, Any], role_clients: Mapping[str, SwarmClient] | None = None) -> list[Record]:
+              sampling: dict[str, Any], role_clients: Mapping[str, SwarmClient] | None = None,
+              index: int | None = None) -> list[Record]:
     """Play `task` once (one episode, or one per role) and end the episode(s) with the reward(s).
 
     `role_clients` sends some roles' episodes to another server (adversarial training); the rest go to
-    `client`."""
+    `client`. `index` numbers this play among the plays of `task_id` (0..N-1 for a group): its calls then
+    sample from their own seeded streams, the same whatever else shares a batch (engine.server.streams);
+    without it they draw from the engine's one generator, in arrival order."""
     if not roles:
-        with client.episode(task_id) as ep:
+        with client.episode(task_id, index=index) as ep:
             comps = run(ep.openai(max_retries=0), ep.model, task, dict(sampling))
             reward = total(comps)  # RewardValueError for NaN, inf, strings
             accepted = ep.end(reward).accepted
         return [{"task_id": task_id, "components": {k: float(v) for k, v in comps.items()}, "accepted": accepted}]
     clients = {r: (role_clients or {}).get(r, client) for r in roles}
-    with EpisodeGroup(clients, {r: f"{task_id}:{r}" for r in roles}) as group:
+    with EpisodeGroup(clients, {r: f"{task_id}:{r}" for r in roles}, index=index) as group:
         llms = {r: group[r].openai(max_retries=0) for r in roles}
         out = run(llms, group[roles[0]].model, task, dict(sampling))
         if not isinstance(out, dict) or set(out) != set(roles):

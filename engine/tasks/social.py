@@ -139,15 +139,17 @@ def play_grouped(clients: Mapping[str, SwarmClient], tasks: list[T], repeats: in
     """`repeats` games of every task, each an EpisodeGroup (key -> its client's server) committed with the
     rewards `play_one` returns. Each (position, task) and key is one GRPO group: a server that serves
     several keys sees that many groups per task (size its batch for that). `prefix` (e.g. the step) keeps
-    a task drawn again later from joining an old group."""
+    a task drawn again later from joining an old group. The r-th game of a task is episode r of its group on
+    every server, so each call samples from its own seeded stream (engine.server.streams): a game's tokens
+    depend on the run seed, the task and r, not on which games happened to share a batch."""
 
-    def one(pair: tuple[int, T]) -> dict[str, float]:
-        k, task = pair
+    def one(job: tuple[int, T, int]) -> dict[str, float]:
+        k, task, r = job
         ids = {key: f"{prefix}{k}:{task_key(task)}:{key}" for key in clients}
-        with EpisodeGroup(dict(clients), ids) as group:
+        with EpisodeGroup(dict(clients), ids, index=r) as group:
             rewards = play_one(group.episodes, task)
             group.commit(rewards)
         return rewards
 
     with ThreadPoolExecutor(concurrency) as pool:
-        return list(pool.map(one, [(k, t) for k, t in enumerate(tasks) for _ in range(repeats)]))
+        return list(pool.map(one, [(k, t, r) for k, t in enumerate(tasks) for r in range(repeats)]))

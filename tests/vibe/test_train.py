@@ -91,6 +91,53 @@ def test_a_restarted_run_logs_the_step_its_server_trained_from_the_journal_and_p
     assert [(int(m["step"]), m["episodes"]) for m in trained] == [(1, 4.0), (2, 4.0)]  # every episode once
 
 
+def _recording(run, said: list[str]):
+    """`run` with every reply its client receives appended to `said`."""
+
+    def wrapped(llm, model, task, sampling):
+        create = llm.chat.completions.create
+
+        def spy(**kw):
+            out = create(**kw)
+            said.append(out.choices[0].message.content)
+            return out
+
+        llm.chat.completions.create = spy
+        return run(llm, model, task, sampling)
+
+    return wrapped
+
+
+def test_a_group_of_plays_samples_from_its_numbered_streams(qa_client, live_server):
+    """vibe's plays of one task are episodes 0..K-1 of its group (numbered as play_episodes ranks them), so
+    their calls draw from seeded streams: the same plays on a second server, arriving in another order,
+    sample the same replies. Plays sent without numbers drew from the engine's one generator in arrival
+    order, so a play's replies depended on which play came first."""
+    from engine.client.runner import ranks_within_task
+    from engine.config import SwarmConfig
+    from vibe.jsonl import read_jsonl
+    from vibe.layout import CLIENT_FILE, TRAIN_FILE
+    from vibe.loader import contract_function, load_module
+    from vibe.play import play_task
+
+    run = contract_function(load_module(qa_client, CLIENT_FILE), CLIENT_FILE)
+    task = read_jsonl(qa_client / TRAIN_FILE)[0][0]
+    sampling = {"temperature": 1.0, "max_tokens": 6}
+    plays = ["t", "t", "t"]
+    rank = ranks_within_task(plays)
+    cfg = SwarmConfig(pool={"batch_size": 64, "group_size": 3}, model={"seed": 7})
+    replies = []
+    for order in ([0, 1, 2], [2, 0, 1]):  # a second server, the plays arriving in another order
+        said: dict[int, list[str]] = {k: [] for k in order}
+        with live_server(cfg).client() as client:
+            for k in order:
+                play_task(client, _recording(run, said[k]), [], plays[k], task, sampling, index=rank[k])
+            assert sorted(client.status()["pool"]["held"]["t"]) == [0, 1, 2]
+        replies.append(said)
+    assert replies[0] == replies[1]
+    assert len({tuple(r) for r in replies[0].values()}) > 1  # sampled, not one greedy reply three times
+
+
 def test_train_refuses_a_negative_warm_start(qa_client, tmux_socket, capsys):
     assert main(["train", str(qa_client), "--steps", "1", "--warm-start", "-1"]) == 2
     assert "--warm-start must be 0 (none) or a number of supervised steps" in capsys.readouterr().err

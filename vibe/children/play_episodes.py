@@ -20,6 +20,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from engine.client import SwarmClient
+from engine.client.runner import ranks_within_task
 from vibe.config import VibeJob
 from vibe.jsonl import read_jsonl
 from vibe.layout import CLIENT_FILE, CONFIG_FILE, TRAIN_FILE
@@ -63,6 +64,7 @@ def main() -> None:
     def connect(url: str, token_file: str) -> SwarmClient:
         return SwarmClient(url, admin_token=Path(token_file).read_text().strip(), client_id="vibe-client")
 
+    rank = ranks_within_task([tid for tid, _ in plays])  # a play's number among its task's: its sampling stream
     started: dict[int, float] = {}
     lock = threading.Lock()
 
@@ -71,7 +73,7 @@ def main() -> None:
             started[k] = time.monotonic()
         for attempt in range(args.retries + 1):
             try:
-                return play_task(client, run, roles, task_id, task, job.sampling, second)
+                return play_task(client, run, roles, task_id, task, job.sampling, second, index=rank[k])
             except Exception as e:  # noqa: BLE001 - any failure of client code is the finding
                 if attempt == args.retries:
                     return [_error(task_id, e) | {"attempts": attempt + 1}]

@@ -250,3 +250,42 @@ def test_a_game_aborts_on_both_servers_when_the_werewolves_server_dies(live_serv
             play_grouped(clients_for(Mode.ADVERSARIAL, village, wolves), ["g"], 1, one, str)
         st = village.status()
         assert st["pool"]["episodes"] == 0 and st["episodes_live"] == 0 and st["episode_counts"]["aborted"] == 1
+
+
+def _sampled_games(srv, concurrency: int) -> tuple[list[list[str]], dict]:
+    """Two deals x 2 games, both sides on one tiny server at temperature 1: (every game's replies, sorted;
+    the pool's held episode numbers)."""
+    sampling = {"temperature": 1.0, "max_tokens": 4}
+    games: list[list[str]] = []
+    with srv.client() as c:
+
+        def one(episodes, deal_seed):
+            said: list[str] = []
+            speak = episode_speaker(episodes, sampling)
+
+            def record(side, prompt):
+                said.append(reply := speak(side, prompt))
+                return reply
+
+            res = play(Setup(5, 1, max_rounds=1), side_speaker(record), random.Random(deal_seed))
+            games.append(said)  # list.append is atomic: the games run in threads
+            return {s.value: r for s, r in res.rewards().items()}
+
+        play_grouped(clients_for(Mode.SHARED, c), [11, 12], 2, one, str, concurrency)
+        held = c.status()["pool"]["held"]
+    return sorted(games), held
+
+
+@pytest.mark.slow
+def test_grouped_games_are_numbered_in_their_group_and_sample_the_same_whatever_the_concurrency(live_server):
+    """The r-th game of a deal is episode r on the server, so its calls draw from their own seeded streams:
+    one game at a time and four at once (batches of other make-up) sample the same games. Unnumbered
+    episodes fell back to the engine's one generator, whose draws follow arrival order."""
+    from engine.config import SwarmConfig
+
+    cfg = SwarmConfig(pool={"batch_size": 64, "group_size": 2}, model={"seed": 3})
+    serial, held = _sampled_games(live_server(cfg), 1)
+    together, _ = _sampled_games(live_server(cfg), 4)
+    assert held == {f"{k}:{d}:{side}": [0, 1] for k, d in enumerate((11, 12)) for side in ("village", "werewolves")}
+    assert serial == together
+    assert len({tuple(g) for g in serial}) > 1  # sampled, not one greedy game four times
