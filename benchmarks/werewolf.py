@@ -296,9 +296,10 @@ def game_stats(results: list[GameResult], side: Side) -> dict[str, Any]:
 
 
 def train_arm(args: argparse.Namespace, arm: str, seed: int, fixed: SwarmClient, held: list, root: Path,
-              factory: ServerFactory) -> dict:
+              factory: ServerFactory, commit: str) -> dict:
     """One arm of one seed: train from the untrained model in an emptied run dir, then evaluate against the
-    fixed opponent; the result is saved in --results with its settings."""
+    fixed opponent; the result is saved in --results with its settings and `commit`, the code this process
+    loaded (HEAD when the run ends may be later: a session commits while an hour-long run trains)."""
     side = Side(args.side)
     train_items, _ = split_items(args.task, args.games * args.steps, args.eval, seed)
     sampling = {"temperature": 1.0, "max_tokens": args.max_tokens}
@@ -334,7 +335,7 @@ def train_arm(args: argparse.Namespace, arm: str, seed: int, fixed: SwarmClient,
     # wall_s covers this invocation's steps only: a run resumed after step k says so (its earlier steps' wall
     # was spent in another session, under another load).
     result = {"arm": arm, "seed": seed, "train_win_rate": curve, "after": after, "wall_s": time.monotonic() - t0,
-              "resumed_after_step": resumed_after, "git_commit": git("rev-parse", "HEAD")}
+              "resumed_after_step": resumed_after, "git_commit": commit}
     save(result_path(Path(args.results), arm, seed), settings(args), result)
     shutil.rmtree(checkpoints_dir(run_dir), ignore_errors=True)  # 1.6 GB each for SmolLM2; the result is saved
     return {**result, "reused": False}
@@ -433,6 +434,7 @@ def main(argv: list[str] | None = None, server_factory: ServerFactory = server_p
     out = Path(args.out)
     root, results = Path(args.work), Path(args.results)
     load_before, t0 = loadavg(), time.monotonic()
+    commit = git("rev-parse", "HEAD")  # the code imported now is the code every run of this process trains with
     side = Side(args.side)
     _, held = split_items(args.task, 0, args.eval, 0)
     baseline, done = finished(args, results)
@@ -453,7 +455,7 @@ def main(argv: list[str] | None = None, server_factory: ServerFactory = server_p
                 baseline = game_stats(evaluate(fixed, fixed, side, held, args.max_tokens, args.concurrency), side)
                 save(results / BASELINE, settings(args, BASELINE_SETTINGS), baseline)
             for arm, seed in todo:
-                runs[(arm, seed)] = train_arm(args, arm, seed, fixed, held, root, server_factory)
+                runs[(arm, seed)] = train_arm(args, arm, seed, fixed, held, root, server_factory, commit)
         finally:
             fixed.close()
             fixed_srv.stop()
