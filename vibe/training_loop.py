@@ -32,7 +32,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from engine.jobs import ServerProcess
+from engine.jobs import ServerProcess, held_episodes
 from engine.server.state import ServerState
 from engine.training.metrics import read_run_metrics
 from engine.training.supervised import supervise
@@ -85,6 +85,12 @@ def _settle(clients: list, timeout: float = 3600.0) -> int:
 RETRIES = 2  # a play that raises (a dropped connection, a flaky tool) is aborted and played again
 
 
+def _is_held(held: set[tuple[str, int]], task_id: str, index: int, roles: list[str]) -> bool:
+    """Whether a server holds play `index` of `task_id` (any of its role episodes, for a game: a group is
+    committed on every server at once)."""
+    return any((tid, index) in held for tid in ([f"{task_id}:{r}" for r in roles] if roles else [task_id]))
+
+
 def _client_roles(root: Path, job: VibeJob) -> list[str]:
     """client.py's ROLES, read by importing it in the sandbox (with the reward probes, which are cheap)."""
     res = run_sandboxed("vibe.children.import_and_probe", [str(root), "--limits", job.probe_limits().model_dump_json()],
@@ -95,9 +101,9 @@ def _client_roles(root: Path, job: VibeJob) -> list[str]:
     return res.result["stats"].get("roles", [])
 
 
-def _play_step(root: Path, run_dir: Path, job: VibeJob, items: list[tuple[str, dict]], connect: list[str],
+def _play_step(root: Path, run_dir: Path, job: VibeJob, items: list[tuple[str, int, dict]], connect: list[str],
                bridges: Path) -> list[dict]:
-    """Play `items` ((task id, task) each) in one sandboxed child; its records, or VibeError naming the
+    """Play `items` ((task id, index in its group, task) each) in one sandboxed child; its records, or VibeError naming the
     first play that failed (after RETRIES more tries) or ran past episode_timeout_s."""
     plays = run_dir / "plays.json"
     plays.write_text(json.dumps(items))
@@ -174,6 +180,13 @@ def train(root: Path, run_dir: Path, steps: int, warm_start_steps: int = 0) -> N
             logged = max((r["step"] for r in read_rewards(run_dir)), default=0)
             if step > logged:  # a restarted server trained its journal's full batches before we played
                 _append_rows(run_dir, replayed_rows(logged, step + 1, read_run_metrics(run_dir)))
+            # Episodes a restarted server replayed from its journal into a batch not yet full train as they
+            # are: played again they would not be accepted (an index names one episode), wasted work that the
+            # step's row would count.
+            held = set().union(*(held_episodes(c.status()["pool"].get("held", {})) for c in clients))
+            if held:
+                print(f"[vibe] the server(s) hold {len(held)} episodes from before a restart; their plays are "
+                      "not played again", flush=True)
             # client code runs in the sandbox, which reaches each server's port over a unix socket
             bridges = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="vibe-bridge-")))
             connect: list[str] = []
@@ -190,9 +203,10 @@ def train(root: Path, run_dir: Path, steps: int, warm_start_steps: int = 0) -> N
             while step < steps:
                 batch = [tasks[(step * B + k) % len(tasks)] for k in range(B)]
                 # a task is (step, position): a task drawn twice is two groups of N, never one of 2N
-                items = [(f"s{step}:{k}:{t['id']}", t) for k, t in enumerate(batch) for _ in range(N)]
-                try:
-                    episodes = _play_step(root, run_dir, job, items, connect, bridges)
+                items = [(tid, r, t) for k, t in enumerate(batch) for r in range(N)
+                         if not _is_held(held, tid := f"s{step}:{k}:{t['id']}", r, roles)]
+                try:  # the step's row covers the episodes played now (replayed ones are in the server's metrics)
+                    episodes = _play_step(root, run_dir, job, items, connect, bridges) if items else []
                 except VibeError as e:
                     raise VibeError(f"step {step + 1}: {e}") from None
                 before, step = step, min(c.wait_for_step(step + 1, timeout=3600)["global_step"] for c in clients)

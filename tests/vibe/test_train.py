@@ -91,6 +91,42 @@ def test_a_restarted_run_logs_the_step_its_server_trained_from_the_journal_and_p
     assert [(int(m["step"]), m["episodes"]) for m in trained] == [(1, 4.0), (2, 4.0)]  # every episode once
 
 
+def test_a_restart_does_not_play_again_what_the_journal_gave_back_to_a_batch_not_yet_full(qa_client, tmp_path):
+    """A run stopped after one of step 1's two groups was played: the restarted server replays that group
+    from its journal but has no full batch. The trainer plays only the other group, so step 1 trains every
+    episode once (playing the held ones again would be refused: an index names one episode)."""
+    from engine.jobs import ServerProcess
+    from engine.training.metrics import read_run_metrics
+    from vibe.jsonl import read_jsonl
+    from vibe.layout import CLIENT_FILE, TRAIN_FILE
+    from vibe.loader import contract_function, load_module
+    from vibe.play import play_task
+    from vibe.training_loop import _server_config, train
+
+    job = _tiny(qa_client, batch=2, group=2)
+    rdir = tmp_path / "run"
+    rdir.mkdir()
+    run = contract_function(load_module(qa_client, CLIENT_FILE), CLIENT_FILE)
+    task = read_jsonl(qa_client / TRAIN_FILE)[0][0]
+    server = ServerProcess(rdir, log_path=rdir / "first.log")
+    try:
+        with server.client("first") as client:
+            client.configure(_server_config(job, rdir, steps=1, groups_per_task=1))
+            client.start(wait=True)
+            for r in range(2):  # step 1's first group, as the trainer numbers it
+                play_task(client, run, [], f"s0:0:{task['id']}", task, job.sampling, index=r)
+            assert client.status()["global_step"] == 0
+    finally:
+        server.stop()
+
+    train(qa_client, rdir, steps=1)
+    assert read_status(rdir)["state"] == "done"
+    rows = read_rewards(rdir)
+    assert [(r["step"], r["episodes"], r["groups"]) for r in rows] == [(1, 2, 1)]  # the group played now
+    trained = [m for m in read_run_metrics(rdir) if "episodes" in m]
+    assert [(int(m["step"]), m["episodes"]) for m in trained] == [(1, 4.0)]  # both groups, each once
+
+
 def _recording(run, said: list[str]):
     """`run` with every reply its client receives appended to `said`."""
 
@@ -109,11 +145,10 @@ def _recording(run, said: list[str]):
 
 
 def test_a_group_of_plays_samples_from_its_numbered_streams(qa_client, live_server):
-    """vibe's plays of one task are episodes 0..K-1 of its group (numbered as play_episodes ranks them), so
+    """vibe's plays of one task are episodes 0..K-1 of its group (the index each play carries), so
     their calls draw from seeded streams: the same plays on a second server, arriving in another order,
     sample the same replies. Plays sent without numbers drew from the engine's one generator in arrival
     order, so a play's replies depended on which play came first."""
-    from engine.client.runner import ranks_within_task
     from engine.config import SwarmConfig
     from vibe.jsonl import read_jsonl
     from vibe.layout import CLIENT_FILE, TRAIN_FILE
@@ -123,15 +158,13 @@ def test_a_group_of_plays_samples_from_its_numbered_streams(qa_client, live_serv
     run = contract_function(load_module(qa_client, CLIENT_FILE), CLIENT_FILE)
     task = read_jsonl(qa_client / TRAIN_FILE)[0][0]
     sampling = {"temperature": 1.0, "max_tokens": 6}
-    plays = ["t", "t", "t"]
-    rank = ranks_within_task(plays)
     cfg = SwarmConfig(pool={"batch_size": 64, "group_size": 3}, model={"seed": 7})
     replies = []
     for order in ([0, 1, 2], [2, 0, 1]):  # a second server, the plays arriving in another order
         said: dict[int, list[str]] = {k: [] for k in order}
         with live_server(cfg).client() as client:
             for k in order:
-                play_task(client, _recording(run, said[k]), [], plays[k], task, sampling, index=rank[k])
+                play_task(client, _recording(run, said[k]), [], "t", task, sampling, index=k)
             assert sorted(client.status()["pool"]["held"]["t"]) == [0, 1, 2]
         replies.append(said)
     assert replies[0] == replies[1]

@@ -2,7 +2,8 @@
 (reward components, or the error) to --result. Run by vibe.sandbox only.
 
 `vibe check`'s dry run plays its first N tasks x K times; `vibe train` hands each step's plays in a
---plays file. A play that raises is played again up to --retries times; one that runs past
+--plays file. A play is (task id, its number among the plays of that task, task): the number is its
+episode index on the server, which seeds its calls' sampling streams. A play that raises is played again up to --retries times; one that runs past
 --episode-timeout is given up and named (its thread cannot be stopped, so the process ends with
 os._exit once the others are done; the server expires its episode)."""
 
@@ -20,7 +21,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from engine.client import SwarmClient
-from engine.client.runner import ranks_within_task
 from vibe.config import VibeJob
 from vibe.jsonl import read_jsonl
 from vibe.layout import CLIENT_FILE, CONFIG_FILE, TRAIN_FILE
@@ -43,7 +43,7 @@ def main() -> None:
     p.add_argument("--token-file-2")
     p.add_argument("--bridge-1", help="unix socket that carries server 1's port into this network namespace")
     p.add_argument("--bridge-2")
-    p.add_argument("--plays", help="JSON file: [[task_id, task], ...] (default: the check's N tasks x K)")
+    p.add_argument("--plays", help="JSON file: [[task_id, index, task], ...] (default: the check's N tasks x K)")
     p.add_argument("--episode-timeout", type=float, default=None, help="seconds one play may take")
     p.add_argument("--retries", type=int, default=0, help="plays again of a play that raised")
     p.add_argument("--result", required=True)
@@ -56,24 +56,24 @@ def main() -> None:
     module = load_module(root, CLIENT_FILE)
     run, roles = contract_function(module, CLIENT_FILE), client_roles(module)
     if args.plays:
-        plays = [(str(i), t) for i, t in json.loads(Path(args.plays).read_text())]
+        plays = [(str(i), int(r), t) for i, r, t in json.loads(Path(args.plays).read_text())]
     else:  # K plays of a task share its id, so they form one group (per role) on the server
         tasks = read_jsonl(root / TRAIN_FILE)[0][: job.check.tasks]
-        plays = [(t["id"], t) for t in tasks for _ in range(job.check.episodes)]
+        plays = [(t["id"], r, t) for t in tasks for r in range(job.check.episodes)]
 
     def connect(url: str, token_file: str) -> SwarmClient:
         return SwarmClient(url, admin_token=Path(token_file).read_text().strip(), client_id="vibe-client")
 
-    rank = ranks_within_task([tid for tid, _ in plays])  # a play's number among its task's: its sampling stream
     started: dict[int, float] = {}
     lock = threading.Lock()
 
-    def one(k: int, task_id: str, task: dict, client: SwarmClient, second: dict[str, SwarmClient]) -> list[dict]:
+    def one(k: int, task_id: str, index: int, task: dict, client: SwarmClient,
+            second: dict[str, SwarmClient]) -> list[dict]:
         with lock:
             started[k] = time.monotonic()
         for attempt in range(args.retries + 1):
             try:
-                return play_task(client, run, roles, task_id, task, job.sampling, second, index=rank[k])
+                return play_task(client, run, roles, task_id, task, job.sampling, second, index=index)
             except Exception as e:  # noqa: BLE001 - any failure of client code is the finding
                 if attempt == args.retries:
                     return [_error(task_id, e) | {"attempts": attempt + 1}]
@@ -83,7 +83,7 @@ def main() -> None:
     client_2 = connect(args.url_2, args.token_file_2) if args.url_2 else None
     second = {r: client_2 for r in job.second_server_roles} if client_2 else {}
     pool = ThreadPoolExecutor(job.concurrency)
-    futures: list[Future] = [pool.submit(one, k, tid, t, client, second) for k, (tid, t) in enumerate(plays)]
+    futures: list[Future] = [pool.submit(one, k, tid, r, t, client, second) for k, (tid, r, t) in enumerate(plays)]
     records: dict[int, list[dict]] = {}
     hung = False
     while len(records) < len(futures):
