@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
+from scipy import optimize as _sp_optimize
 from scipy import special as _sp
 from scipy import stats as _st
 
@@ -32,6 +33,9 @@ __all__ = [
     "look_level",
     "resolution_sd",
     "overlaps",
+    "paired_detectable_effect",
+    "paired_power",
+    "pairs_for_effect",
     "seeds_for_best",
     "seeds_for_effect",
     "sigma_upper",
@@ -195,6 +199,50 @@ def sigma_upper(sd: float, n: int, *, confidence: float = 0.8) -> float:
     if n < 2 or sd < 0 or not 0 < confidence < 1:
         raise ValueError(f"need n >= 2, sd >= 0 and 0 < confidence < 1; got {n}, {sd}, {confidence}")
     return sd * math.sqrt((n - 1) / float(_st.chi2.ppf(1 - confidence, n - 1)))
+
+
+def paired_power(sigma: float, effect: float, n: int, *, level: float = 0.95) -> float:
+    """Probability that the paired t interval (`paired_interval`: n per-pair differences, n - 1 df, two-sided
+    `level`) lies entirely above 0 when the differences are normal with mean `effect` and sd `sigma`.
+
+    Exact for normal differences: the interval's lower end is above 0 exactly when the t statistic
+    mean / (sd / sqrt(n)) exceeds the t quantile, and that statistic is noncentral t with n - 1 df and
+    noncentrality effect * sqrt(n) / sigma."""
+    if sigma <= 0 or n < 2:
+        raise ValueError(f"need sigma > 0 and n >= 2, got {sigma}, {n}")
+    _check_level(level)
+    crit = float(t_quantile(1 - (1 - level) / 2, n - 1))
+    return float(_st.nct.sf(crit, n - 1, effect * math.sqrt(n) / sigma))
+
+
+def pairs_for_effect(
+    sigma: float, effect: float, *, level: float = 0.95, power: float = 0.8, most: int = 256
+) -> int:
+    """Pairs (seeds of both arms) for the paired t interval to lie above 0 with `power` when the true mean
+    difference is `effect` and the per-pair differences have sd `sigma`; at least 2, `most` when even that
+    is not enough."""
+    if effect <= 0 or sigma <= 0:
+        raise ValueError(f"effect and sigma must be > 0, got {effect}, {sigma}")
+    for n in range(2, most + 1):
+        if paired_power(sigma, effect, n, level=level) >= power:
+            return n
+    return most
+
+
+def paired_detectable_effect(sigma: float, n: int, *, level: float = 0.95, power: float = 0.8) -> float:
+    """The true mean difference that n pairs with per-pair sd `sigma` detect with `power` (the paired t
+    interval above 0): the inverse of `paired_power` in the effect, which it increases strictly."""
+    if sigma <= 0 or n < 2 or not 0 < power < 1:
+        raise ValueError(f"need sigma > 0, n >= 2 and 0 < power < 1, got {sigma}, {n}, {power}")
+    _check_level(level)
+    hi = sigma
+    while paired_power(sigma, hi, n, level=level) < power:
+        hi *= 2
+    return float(
+        _sp_optimize.brentq(
+            lambda d: paired_power(sigma, d, n, level=level) - power, 0.0, hi, xtol=1e-12 * sigma
+        )
+    )
 
 
 # Quantile midpoints at which the two sample variances are integrated in `welch_power`: 32 x 32 nodes keep
