@@ -45,6 +45,7 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass
+from enum import Enum
 from fractions import Fraction
 from pathlib import Path
 
@@ -52,8 +53,19 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+import matplotlib  # noqa: E402
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
+from a3r.analysis.stats import (  # noqa: E402
+    paired_detectable_effect,
+    paired_power,
+    pairs_for_effect,
+    sigma_upper,
+    t_interval,
+)
 from benchmarks.common import loadavg, machine_record  # noqa: E402
 from benchmarks.hacpo_toy import finished, ordering, paired_t, read_run, run_once  # noqa: E402
 from engine.algorithms.losses import token_logprobs  # noqa: E402
@@ -301,7 +313,7 @@ def saved_runs(results: Path, seed: int, methods: list[str], plan) -> tuple[dict
 
 
 # Arguments that do not change the pre-check's answer: which runs follow it and where things go.
-NOT_GATE_SETTINGS = {"seeds", "methods", "out", "runs", "results", "precheck_only"}
+NOT_GATE_SETTINGS = {"seeds", "methods", "out", "runs", "results", "precheck_only", "report_only"}
 
 
 def saved_precheck(path: Path, keys: dict, digests: dict[str, str] | None) -> dict | None:
@@ -312,15 +324,71 @@ def saved_precheck(path: Path, keys: dict, digests: dict[str, str] | None) -> di
     return gate["result"] if gate.get("settings") == keys and gate.get("warm") == digests else None
 
 
+MEAN = "mean"  # the per-seed mean over agents of a difference: the primary endpoint's unit
+PRIMARY = ("hacpo", "gspox2")  # the verdict's comparison: HACPO against the compute-matched baseline
+TARGET_EFFECT = 0.03  # the difference the comparison is sized against (the issue's target)
+PAPER_SMALLEST_GAIN = 0.02  # the smallest gain the paper reports: an interval below it is "not reproduced"
+
+
 def compare(runs: dict, agents: list[str], seeds: list[int], methods: list[str]) -> dict:
+    """Paired per-seed differences of held-out accuracy after training, per agent and as the mean over agents,
+    with their t 95% intervals, for every planned comparison whose two methods ran."""
     out: dict = {}
     for a, b in COMPARISONS:
         if a in methods and b in methods:
-            for agent in agents:
-                diffs = [runs[(s, a)]["after"][agent] - runs[(s, b)]["after"][agent] for s in seeds]
+            per_agent = {g: [runs[(s, a)]["after"][g] - runs[(s, b)]["after"][g] for s in seeds] for g in agents}
+            per_agent[MEAN] = [statistics.fmean(per_agent[g][i] for g in agents) for i in range(len(seeds))]
+            for agent, diffs in per_agent.items():
                 mean, lo, hi = paired_t(diffs)
                 out[f"{a} - {b} / {agent}"] = {"mean": mean, "ci95": [lo, hi], "diffs": diffs}
     return out
+
+
+class Verdict(str, Enum):
+    """The primary endpoint's answer (docs/benchmarks/hacpo_pair.md, "The verdict rule")."""
+
+    REPRODUCED = "reproduced"
+    NOT_REPRODUCED = "not reproduced"
+    NOT_RESOLVABLE = "not resolvable at this scale"
+
+
+def verdict(diffs: list[float], *, effect: float = TARGET_EFFECT, floor: float = PAPER_SMALLEST_GAIN) -> dict:
+    """The rule written before the runs: the paired t 95% interval of the per-seed differences above 0 is
+    reproduced, below `floor` (the paper's smallest gain) not reproduced, anything else not resolvable. With
+    it, what the seeds could resolve: the power against a true `effect` at the observed sd of the differences
+    and at its 80% upper confidence bound, the effect 80% power needs at this many seeds, and the seeds a
+    paired test needs for 80% power against `effect` (planned at the upper bound)."""
+    iv = t_interval(diffs)
+    n = len(diffs)
+    out: dict = {"n": n, "mean": iv.mean, "ci95": [iv.lo, iv.hi], "effect": effect, "floor": floor}
+    if not iv.defined:
+        return {**out, "verdict": Verdict.NOT_RESOLVABLE.value, "why": f"{n} seed(s) with a spread of 0 or less than two seeds: no interval"}
+    if iv.lo > 0:
+        label, why = Verdict.REPRODUCED, "the interval lies above 0"
+    elif iv.hi < floor:
+        label, why = Verdict.NOT_REPRODUCED, f"the interval lies below {floor:+.2f}, the smallest gain the paper reports"
+    else:
+        label, why = Verdict.NOT_RESOLVABLE, f"the interval contains 0 and reaches {floor:+.2f} or more"
+    sd = statistics.stdev(diffs)
+    sd_hi = sigma_upper(sd, n)
+    return {
+        **out, "verdict": label.value, "why": why, "sd": sd, "sd_upper80": sd_hi, "half_width": (iv.hi - iv.lo) / 2,
+        "power": paired_power(sd, effect, n), "power_at_sd_upper80": paired_power(sd_hi, effect, n),
+        "detectable_80": paired_detectable_effect(sd, n), "seeds_for_80": pairs_for_effect(sd_hi, effect),
+    }
+
+
+def verdict_lines(v: dict) -> list[str]:
+    a, b = PRIMARY
+    lines = [f"**Verdict: {v['verdict']}.** Primary endpoint {a} - {b} (mean over agents, per seed), {v['n']} paired "
+             f"seeds: {v['mean']:+.3f} [{v['ci95'][0]:+.3f}, {v['ci95'][1]:+.3f}]: {v['why']}."]
+    if "power" in v:
+        lines += ["", f"Power: the per-seed differences have sd {v['sd']:.3f} (80% upper bound {v['sd_upper80']:.3f}); "
+                  f"half-width {v['half_width']:.3f}. Against a true {v['effect']:+.2f} these {v['n']} seeds had "
+                  f"{v['power']:.0%} power ({v['power_at_sd_upper80']:.0%} at the upper bound of the sd); 80% power at "
+                  f"{v['n']} seeds needs a true difference of {v['detectable_80']:.3f}, and {v['effect']:+.2f} needs "
+                  f"{v['seeds_for_80']} paired seeds (planned at the upper bound)."]
+    return lines
 
 
 def markdown(report: dict, agents: list[str], methods: list[str], seeds: list[int], runs: dict) -> str:
@@ -338,8 +406,41 @@ def markdown(report: dict, agents: list[str], methods: list[str], seeds: list[in
     for k, v in report["comparisons"].items():
         lines.append(f"| {k} | {v['mean']:+.3f} | [{v['ci95'][0]:+.3f}, {v['ci95'][1]:+.3f}] | {(v['ci95'][1] - v['ci95'][0]) / 2:.3f} |")
     lines += ["", f"Ordering (mean over agents): {report['ordering']}", ""]
+    if report.get("verdict"):
+        lines += [*verdict_lines(report["verdict"]), ""]
+    if report.get("left_out"):
+        lines += ["Left out (a method of the seed not run yet): " + "; ".join(f"seed {s}: {', '.join(ms)}" for s, ms in report["left_out"].items()), ""]
+    lines += [f"![curves]({Path(report['plot']).name})", ""] if report.get("plot") else []
     lines += per_seed_lines(agents, methods, seeds, runs)
     return "\n".join(lines)
+
+
+def plot(runs: dict, agents: list[str], seeds: list[int], methods: list[str], path: Path) -> None:
+    """Per agent, the training reward per step (mean over seeds) of every method, and the share of its cross
+    samples in the band per step for the methods that exchange: the curves behind the table."""
+    fig, axes = plt.subplots(2, len(agents), figsize=(6 * len(agents), 7), squeeze=False)
+    for col, agent in enumerate(agents):
+        for m in methods:
+            by_step: dict[int, list[float]] = {}
+            band: dict[int, list[float]] = {}
+            for s in seeds:
+                for r in runs[(s, m)]["steps"].get(agent, []):
+                    if f"reward/{agent}" in r:
+                        by_step.setdefault(r["step"], []).append(r[f"reward/{agent}"])
+                    if "cross_in_band_frac" in r:
+                        band.setdefault(r["step"], []).append(r["cross_in_band_frac"])
+            xs = sorted(by_step)
+            axes[0][col].plot(xs, [statistics.fmean(by_step[x]) for x in xs], label=m)
+            if band:
+                xb = sorted(band)
+                axes[1][col].plot(xb, [statistics.fmean(band[x]) for x in xb], label=m)
+        axes[0][col].set(title=f"{agent}: training reward (mean over {len(seeds)} seeds)", xlabel="RL step", ylabel="reward")
+        axes[1][col].set(title=f"{agent} as learner: cross samples in [lo, 1]", xlabel="RL step", ylabel="share", ylim=(0, 1))
+        axes[0][col].legend(fontsize=8)
+        axes[1][col].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def in_band(run: dict, agent: str) -> float | None:
@@ -388,6 +489,8 @@ def main() -> None:
     ap.add_argument("--precheck-samples", type=int, default=4, help="answers per pre-check prompt and agent")
     ap.add_argument("--min-in-band", type=float, default=DEFAULT_MIN_IN_BAND, help="refuse below this in-band share")
     ap.add_argument("--precheck-only", action="store_true", help="warm starts and the pre-check, no RL")
+    ap.add_argument("--report-only", action="store_true",
+                    help="the report from the runs saved in --results, training nothing: a seed missing a method is left out and named")
     ap.add_argument("--out", default="docs/benchmarks/hacpo_pair")
     ap.add_argument("--runs", default="runs/hacpo_pair", help="scratch: warm starts and run dirs")
     ap.add_argument("--results", help="finished runs, one small JSON each, to commit (default: OUT_runs beside the page)")
@@ -417,10 +520,15 @@ def main() -> None:
     gate_path = results / f"precheck-seed{first}.json"
     warm: dict[int, dict] = {}
     result = None
+    if args.precheck_only and args.report_only:
+        ap.error("--precheck-only and --report-only exclude each other")
     if not args.precheck_only:
         saved, digests = saved_runs(results, first, args.methods, planner(first))
-        if len(saved) == len(args.methods):
+        if len(saved) == len(args.methods) or args.report_only:
             result = saved_precheck(gate_path, gate_keys, digests)
+    if result is None and args.report_only:
+        raise SystemExit(f"--report-only: no pre-check saved in {gate_path} for these settings and the warm starts of seed "
+                         f"{first}'s saved runs; run the same command without --report-only to measure it")
     if result is None:
         warm[first] = {a: warm_start(a, first, args, runs_root, excluded) for a in AGENTS}
         t_pre = time.time()
@@ -439,8 +547,13 @@ def main() -> None:
     if args.precheck_only:
         return
     runs, compute_s = {}, sum(info["wall_s"] for seed in warm.values() for _, info in seed.values())
+    seeds, left_out = [], {}
     for seed in args.seeds:
         saved, digests = saved_runs(results, seed, args.methods, planner(seed))
+        if args.report_only and len(saved) < len(args.methods):
+            left_out[seed] = [m for m in args.methods if m not in saved]
+            continue
+        seeds.append(seed)
         if len(saved) < len(args.methods):  # something to train: this seed's warm starts, as the saved runs had them
             if seed not in warm:
                 warm[seed] = {a: warm_start(a, seed, args, runs_root, excluded) for a in AGENTS}
@@ -468,17 +581,23 @@ def main() -> None:
             runs[(seed, method)] = rec["run"]
             summary = rec["summary"]
             print(f"seed {seed} {method}: before {summary.get('accuracy_before')} after {summary.get('accuracy_after')}", flush=True)
+    if not seeds:
+        raise SystemExit(f"--report-only: no seed of {args.seeds} has every method of {args.methods} saved in {results}")
     names = list(AGENTS)
-    score = {m: statistics.fmean(runs[(s, m)]["after"][a] for s in args.seeds for a in names) for m in args.methods}
+    score = {m: statistics.fmean(runs[(s, m)]["after"][a] for s in seeds for a in names) for m in args.methods}
+    comparisons = compare(runs, names, seeds, args.methods)
+    primary = comparisons.get(f"{PRIMARY[0]} - {PRIMARY[1]} / {MEAN}")
     report = {
         "command": shlex.join(["python", "benchmarks/hacpo_pair.py", *sys.argv[1:]]),
         "machine": machine_record(load_before), "wall_s": time.time() - t0, "compute_s": compute_s,
-        "config": vars(args), "precheck": result, "comparisons": compare(runs, names, args.seeds, args.methods),
+        "config": vars(args), "seeds": seeds, "left_out": left_out, "precheck": result, "comparisons": comparisons,
+        "verdict": verdict(primary["diffs"]) if primary else None, "plot": str(out.with_suffix(".png")),
         "ordering": ordering(score), "runs": {f"seed{s}-{m}": r for (s, m), r in runs.items()},
     }
+    plot(runs, names, seeds, args.methods, out.with_suffix(".png"))
     out.with_suffix(".json").write_text(json.dumps(report, indent=2, default=str))
-    Path(f"{out}_results.md").write_text(markdown(report, names, args.methods, args.seeds, runs))
-    print(json.dumps({k: report[k] for k in ("comparisons", "ordering", "wall_s")}, indent=2))
+    Path(f"{out}_results.md").write_text(markdown(report, names, args.methods, seeds, runs))
+    print(json.dumps({k: report[k] for k in ("comparisons", "verdict", "ordering", "wall_s")}, indent=2))
 
 
 if __name__ == "__main__":

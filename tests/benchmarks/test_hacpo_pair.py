@@ -171,3 +171,86 @@ def test_finished_runs_are_saved_beside_the_page_and_pair_only_with_identical_wa
     with pytest.raises(SystemExit, match="another job"):
         main("--methods", "hacpo", "--lr", "2e-5")
     assert trained == []
+
+
+@pytest.mark.parametrize(
+    ("diffs", "expected"),
+    [
+        ([0.05, 0.06, 0.055], hp.Verdict.REPRODUCED),  # HACPO ahead on every seed, tightly
+        ([0.001, -0.002, 0.0], hp.Verdict.NOT_REPRODUCED),  # a planted no-effect: HACPO = GSPOx2 up to noise
+        ([-0.04, -0.05, -0.045], hp.Verdict.NOT_REPRODUCED),  # HACPO worse
+        ([0.05, -0.03, 0.02], hp.Verdict.NOT_RESOLVABLE),  # seed-to-seed spread wider than the effect
+    ],
+)
+def test_the_verdict_follows_the_rule_written_before_the_runs(diffs, expected):
+    v = hp.verdict(diffs)
+    mean = sum(diffs) / 3
+    sd = (sum((d - mean) ** 2 for d in diffs) / 2) ** 0.5
+    half = 4.302652729911275 * sd / 3**0.5  # t(0.975, 2)
+    assert v["verdict"] == expected.value and v["n"] == 3
+    assert v["ci95"] == pytest.approx([mean - half, mean + half])
+    assert v["sd"] == pytest.approx(sd) and v["sd_upper80"] > v["sd"]
+    assert v["power_at_sd_upper80"] < v["power"] and hp.paired_power(v["sd"], v["detectable_80"], 3) == pytest.approx(0.8)
+    assert hp.paired_power(v["sd_upper80"], 0.03, v["seeds_for_80"]) >= 0.8 > hp.paired_power(v["sd_upper80"], 0.03, v["seeds_for_80"] - 1)
+    assert hp.Verdict(v["verdict"]).value in "\n".join(hp.verdict_lines(v))
+
+
+def test_one_seed_or_no_spread_gives_no_verdict_but_says_why():
+    assert hp.verdict([0.05])["verdict"] == hp.Verdict.NOT_RESOLVABLE.value
+    assert "no interval" in hp.verdict([0.02, 0.02])["why"]
+
+
+def test_the_comparison_has_the_mean_over_agents_per_seed():
+    runs = {(s, m): {"after": {"add": a, "sub": b}} for s, m, a, b in
+            [(0, "hacpo", 0.9, 0.8), (0, "gspox2", 0.8, 0.8), (1, "hacpo", 0.7, 0.6), (1, "gspox2", 0.7, 0.5)]}
+    out = hp.compare(runs, ["add", "sub"], [0, 1], ["hacpo", "gspox2"])
+    assert out["hacpo - gspox2 / mean"]["diffs"] == pytest.approx([0.05, 0.05])
+    assert out["hacpo - gspox2 / add"]["diffs"] == pytest.approx([0.1, 0.0])
+
+
+def test_report_only_reports_the_complete_saved_seeds_and_trains_nothing(monkeypatch, tmp_path):
+    """A session that ends mid-seed commits what finished; a later one (or a reader) builds the page from
+    the saved runs alone: complete seeds are reported, a seed missing a method is named, nothing trains."""
+    import json
+
+    trained = []
+
+    def warm_start(agent, seed, args, runs_root, excluded):
+        out = runs_root / "sft" / f"{agent}{seed}"
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "model.safetensors").write_bytes(agent.encode() + bytes([seed]))
+        return out, {"wall_s": 1.0}
+
+    def run_once(run_dir, job):
+        trained.append(run_dir.name)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        acc = {a: 0.5 + 0.01 * len(trained) for a in hp.AGENTS}
+        (run_dir / "summary.json").write_text(json.dumps({"accuracy_before": acc, "accuracy_after": acc}))
+        (run_dir / "metrics.jsonl").write_text(
+            "".join(json.dumps({"agent": a, "step": 1, f"reward/{a}": 0.5, "cross_in_band_frac": 0.5}) + "\n" for a in hp.AGENTS)
+        )
+        return {"job": job.model_dump(mode="json"), "wall_s": 2.0}
+
+    monkeypatch.setattr(hp, "warm_start", warm_start)
+    monkeypatch.setattr(hp, "run_once", run_once)
+    monkeypatch.setattr(hp, "precheck", lambda models, items, args: {"passed": True})
+    monkeypatch.setattr(hp, "precheck_lines", lambda result: [])
+    out, runs = tmp_path / "out", tmp_path / "runs"
+
+    def main(*flags):
+        monkeypatch.setattr("sys.argv", ["hacpo_pair.py", "--out", str(out), "--runs", str(runs), *flags])
+        hp.main()
+        return json.loads(out.with_suffix(".json").read_text())
+
+    with pytest.raises(SystemExit, match="no pre-check saved"):
+        main("--seeds", "0", "--methods", "hacpo", "gspox2", "--report-only")
+    main("--seeds", "0", "1", "--methods", "hacpo", "gspox2")
+    main("--seeds", "2", "--methods", "hacpo")  # seed 2 has only one of the two methods
+    trained.clear()
+    report = main("--seeds", "0", "1", "2", "--methods", "hacpo", "gspox2", "--report-only")
+    assert trained == [] and report["seeds"] == [0, 1] and report["left_out"] == {"2": ["gspox2"]}
+    assert report["verdict"]["n"] == 2 and out.with_suffix(".png").stat().st_size > 0
+    page = (tmp_path / "out_results.md").read_text()
+    assert "Left out (a method of the seed not run yet): seed 2: gspox2" in page and "**Verdict:" in page
+    with pytest.raises(SystemExit, match="no seed of"):
+        main("--seeds", "2", "--methods", "hacpo", "gspox2", "--report-only")
