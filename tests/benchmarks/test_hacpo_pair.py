@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
+import shutil
 
 import pytest
 from tests_support import load_benchmark
@@ -106,17 +108,11 @@ def test_the_report_gives_each_seeds_in_band_share_per_learner():
     assert "| 1 | gspo | 0.850 | 0.700 | - | - |" in lines
 
 
-def test_finished_runs_are_saved_beside_the_page_and_pair_only_with_identical_warm_starts(monkeypatch, tmp_path):
-    """A seed's methods take longer than a session and the scratch (--runs) may not outlive it: each finished run
-    is saved in --results under its warm starts' weight digests. A new checkout (no scratch) reuses the saved runs
-    and the first seed's saved pre-check without rebuilding anything, trains only a missing method, from warm
-    starts rebuilt bit for bit; rebuilt weights that differ, or another setting, are refused before anything
-    trains."""
-    import json
-    import shutil
-
-    weights = {"add": b"add-weights", "sub": b"sub-weights"}
-    trained = []
+def _fake_training(monkeypatch, weights: dict[str, bytes]) -> list[str]:
+    """Warm starts that write `weights[agent]` + the seed as their weight file, and RL runs that write a summary
+    and one step's metrics per agent, accuracies rising with each run trained; returns the list of trained
+    run dirs' names, appended to as they train."""
+    trained: list[str] = []
 
     def warm_start(agent, seed, args, runs_root, excluded):
         out = runs_root / "sft" / f"{agent}{seed}"
@@ -127,15 +123,25 @@ def test_finished_runs_are_saved_beside_the_page_and_pair_only_with_identical_wa
     def run_once(run_dir, job):
         trained.append(run_dir.name)
         run_dir.mkdir(parents=True, exist_ok=True)
-        acc = {a: 0.5 + 0.1 * len(trained) for a in hp.AGENTS}
+        acc = {a: 0.5 + 0.01 * len(trained) for a in hp.AGENTS}
         (run_dir / "summary.json").write_text(json.dumps({"accuracy_before": acc, "accuracy_after": acc}))
-        (run_dir / "metrics.jsonl").write_text(
-            "".join(json.dumps({"agent": a, "step": 1, "cross_in_band_frac": 0.5}) + "\n" for a in hp.AGENTS)
-        )
+        rows = [{"agent": a, "step": 1, f"reward/{a}": 0.5, "cross_in_band_frac": 0.5} for a in hp.AGENTS]
+        (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         return {"job": job.model_dump(mode="json"), "wall_s": 2.0}
 
     monkeypatch.setattr(hp, "warm_start", warm_start)
     monkeypatch.setattr(hp, "run_once", run_once)
+    return trained
+
+
+def test_finished_runs_are_saved_beside_the_page_and_pair_only_with_identical_warm_starts(monkeypatch, tmp_path):
+    """A seed's methods take longer than a session and the scratch (--runs) may not outlive it: each finished run
+    is saved in --results under its warm starts' weight digests. A new checkout (no scratch) reuses the saved runs
+    and the first seed's saved pre-check without rebuilding anything, trains only a missing method, from warm
+    starts rebuilt bit for bit; rebuilt weights that differ, or another setting, are refused before anything
+    trains."""
+    weights = {"add": b"add-weights", "sub": b"sub-weights"}
+    trained = _fake_training(monkeypatch, weights)
     gated = []
     monkeypatch.setattr(hp, "precheck", lambda models, items, args: gated.append(1) or {"passed": True})
     monkeypatch.setattr(hp, "precheck_lines", lambda result: [])
@@ -211,28 +217,7 @@ def test_the_comparison_has_the_mean_over_agents_per_seed():
 def test_report_only_reports_the_complete_saved_seeds_and_trains_nothing(monkeypatch, tmp_path):
     """A session that ends mid-seed commits what finished; a later one (or a reader) builds the page from
     the saved runs alone: complete seeds are reported, a seed missing a method is named, nothing trains."""
-    import json
-
-    trained = []
-
-    def warm_start(agent, seed, args, runs_root, excluded):
-        out = runs_root / "sft" / f"{agent}{seed}"
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "model.safetensors").write_bytes(agent.encode() + bytes([seed]))
-        return out, {"wall_s": 1.0}
-
-    def run_once(run_dir, job):
-        trained.append(run_dir.name)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        acc = {a: 0.5 + 0.01 * len(trained) for a in hp.AGENTS}
-        (run_dir / "summary.json").write_text(json.dumps({"accuracy_before": acc, "accuracy_after": acc}))
-        (run_dir / "metrics.jsonl").write_text(
-            "".join(json.dumps({"agent": a, "step": 1, f"reward/{a}": 0.5, "cross_in_band_frac": 0.5}) + "\n" for a in hp.AGENTS)
-        )
-        return {"job": job.model_dump(mode="json"), "wall_s": 2.0}
-
-    monkeypatch.setattr(hp, "warm_start", warm_start)
-    monkeypatch.setattr(hp, "run_once", run_once)
+    trained = _fake_training(monkeypatch, {"add": b"add", "sub": b"sub"})
     monkeypatch.setattr(hp, "precheck", lambda models, items, args: {"passed": True})
     monkeypatch.setattr(hp, "precheck_lines", lambda result: [])
     out, runs = tmp_path / "out", tmp_path / "runs"
