@@ -58,6 +58,7 @@ import matplotlib  # noqa: E402
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from a3r.analysis.stats import (  # noqa: E402
     paired_detectable_effect,
@@ -434,10 +435,11 @@ def plot(runs: dict, agents: list[str], seeds: list[int], methods: list[str], pa
             if band:
                 xb = sorted(band)
                 axes[1][col].plot(xb, [statistics.fmean(band[x]) for x in xb], label=m)
-        axes[0][col].set(title=f"{agent}: training reward (mean over {len(seeds)} seeds)", xlabel="RL step", ylabel="reward")
+        axes[0][col].set(title=f"{agent}: training reward (mean over {len(seeds)} seed{'s' * (len(seeds) > 1)})", xlabel="RL step", ylabel="reward")
         axes[1][col].set(title=f"{agent} as learner: cross samples in [lo, 1]", xlabel="RL step", ylabel="share", ylim=(0, 1))
-        axes[0][col].legend(fontsize=8)
-        axes[1][col].legend(fontsize=8)
+        for ax in (axes[0][col], axes[1][col]):
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
