@@ -329,6 +329,7 @@ MEAN = "mean"  # the per-seed mean over agents of a difference: the primary endp
 PRIMARY = ("hacpo", "gspox2")  # the verdict's comparison: HACPO against the compute-matched baseline
 TARGET_EFFECT = 0.03  # the difference the comparison is sized against (the issue's target)
 PAPER_SMALLEST_GAIN = 0.02  # the smallest gain the paper reports: an interval below it is "not reproduced"
+SEEDS_MOST = 256  # seed counts are searched up to here; at the cap the report says "more than 255"
 
 
 def compare(runs: dict, agents: list[str], seeds: list[int], methods: list[str]) -> dict:
@@ -358,7 +359,7 @@ def verdict(diffs: list[float], *, effect: float = TARGET_EFFECT, floor: float =
     reproduced, below `floor` (the paper's smallest gain) not reproduced, anything else not resolvable. With
     it, what the seeds could resolve: the power against a true `effect` at the observed sd of the differences
     and at its 80% upper confidence bound, the effect 80% power needs at this many seeds, and the seeds a
-    paired test needs for 80% power against `effect` (planned at the upper bound)."""
+    paired test needs for 80% power against `effect` at the observed sd and at its upper bound."""
     iv = t_interval(diffs)
     n = len(diffs)
     out: dict = {"n": n, "mean": iv.mean, "ci95": [iv.lo, iv.hi], "effect": effect, "floor": floor}
@@ -375,8 +376,13 @@ def verdict(diffs: list[float], *, effect: float = TARGET_EFFECT, floor: float =
     return {
         **out, "verdict": label.value, "why": why, "sd": sd, "sd_upper80": sd_hi, "half_width": (iv.hi - iv.lo) / 2,
         "power": paired_power(sd, effect, n), "power_at_sd_upper80": paired_power(sd_hi, effect, n),
-        "detectable_80": paired_detectable_effect(sd, n), "seeds_for_80": pairs_for_effect(sd_hi, effect),
+        "detectable_80": paired_detectable_effect(sd, n), "seeds_for_80": pairs_for_effect(sd, effect, most=SEEDS_MOST),
+        "seeds_for_80_at_sd_upper80": pairs_for_effect(sd_hi, effect, most=SEEDS_MOST),
     }
+
+
+def seeds_text(n: int) -> str:
+    return f"more than {SEEDS_MOST - 1}" if n >= SEEDS_MOST else str(n)
 
 
 def verdict_lines(v: dict) -> list[str]:
@@ -388,7 +394,8 @@ def verdict_lines(v: dict) -> list[str]:
                   f"half-width {v['half_width']:.3f}. Against a true {v['effect']:+.2f} these {v['n']} seeds had "
                   f"{v['power']:.0%} power ({v['power_at_sd_upper80']:.0%} at the upper bound of the sd); 80% power at "
                   f"{v['n']} seeds needs a true difference of {v['detectable_80']:.3f}, and {v['effect']:+.2f} needs "
-                  f"{v['seeds_for_80']} paired seeds (planned at the upper bound)."]
+                  f"{seeds_text(v['seeds_for_80'])} paired seeds at the observed sd, {seeds_text(v['seeds_for_80_at_sd_upper80'])} "
+                  "at its upper bound."]
     return lines
 
 

@@ -197,7 +197,9 @@ def test_the_verdict_follows_the_rule_written_before_the_runs(diffs, expected):
     assert v["ci95"] == pytest.approx([mean - half, mean + half])
     assert v["sd"] == pytest.approx(sd) and v["sd_upper80"] > v["sd"]
     assert v["power_at_sd_upper80"] < v["power"] and hp.paired_power(v["sd"], v["detectable_80"], 3) == pytest.approx(0.8)
-    assert hp.paired_power(v["sd_upper80"], 0.03, v["seeds_for_80"]) >= 0.8 > hp.paired_power(v["sd_upper80"], 0.03, v["seeds_for_80"] - 1)
+    for sd, n in ((v["sd"], v["seeds_for_80"]), (v["sd_upper80"], v["seeds_for_80_at_sd_upper80"])):
+        assert n >= hp.SEEDS_MOST or hp.paired_power(sd, 0.03, n) >= 0.8
+        assert n == 2 or hp.paired_power(sd, 0.03, n - 1) < 0.8  # the fewest: 2 is the least a t interval takes
     assert hp.Verdict(v["verdict"]).value in "\n".join(hp.verdict_lines(v))
 
 
@@ -239,3 +241,9 @@ def test_report_only_reports_the_complete_saved_seeds_and_trains_nothing(monkeyp
     assert "Left out (a method of the seed not run yet): seed 2: gspox2" in page and "**Verdict:" in page
     with pytest.raises(SystemExit, match="no seed of"):
         main("--seeds", "2", "--methods", "hacpo", "gspox2", "--report-only")
+
+
+def test_a_seed_count_beyond_the_search_is_said_as_such():
+    v = hp.verdict([0.03, -0.037])  # seeds 0-1's primary differences: sd 0.047 from one df, upper bound 0.19
+    assert v["seeds_for_80_at_sd_upper80"] == hp.SEEDS_MOST
+    assert f"more than {hp.SEEDS_MOST - 1} at its upper bound" in "\n".join(hp.verdict_lines(v))
