@@ -68,7 +68,7 @@ from a3r.analysis.stats import (  # noqa: E402
     t_interval,
 )
 from benchmarks.common import loadavg, machine_record  # noqa: E402
-from benchmarks.hacpo_toy import finished, ordering, paired_t, read_run, run_once  # noqa: E402
+from benchmarks.hacpo_toy import finished, ordering, read_run, run_once  # noqa: E402
 from engine.algorithms.losses import token_logprobs  # noqa: E402
 from engine.config import ModelConfig  # noqa: E402
 from engine.fsutil import atomic_write_text  # noqa: E402
@@ -334,15 +334,18 @@ SEEDS_MOST = 256  # seed counts are searched up to here; at the cap the report s
 
 def compare(runs: dict, agents: list[str], seeds: list[int], methods: list[str]) -> dict:
     """Paired per-seed differences of held-out accuracy after training, per agent and as the mean over agents,
-    with their t 95% intervals, for every planned comparison whose two methods ran."""
+    with their t 95% intervals (None below two seeds), for every planned comparison whose two methods ran,
+    over the seeds where both ran: the ablations land seed by seed after the primary pair."""
     out: dict = {}
     for a, b in COMPARISONS:
-        if a in methods and b in methods:
-            per_agent = {g: [runs[(s, a)]["after"][g] - runs[(s, b)]["after"][g] for s in seeds] for g in agents}
-            per_agent[MEAN] = [statistics.fmean(per_agent[g][i] for g in agents) for i in range(len(seeds))]
+        paired = [s for s in seeds if (s, a) in runs and (s, b) in runs]
+        if a in methods and b in methods and paired:
+            per_agent = {g: [runs[(s, a)]["after"][g] - runs[(s, b)]["after"][g] for s in paired] for g in agents}
+            per_agent[MEAN] = [statistics.fmean(per_agent[g][i] for g in agents) for i in range(len(paired))]
             for agent, diffs in per_agent.items():
-                mean, lo, hi = paired_t(diffs)
-                out[f"{a} - {b} / {agent}"] = {"mean": mean, "ci95": [lo, hi], "diffs": diffs}
+                iv = t_interval(diffs)
+                out[f"{a} - {b} / {agent}"] = {"mean": iv.mean, "ci95": [iv.lo, iv.hi] if iv.defined else None,
+                                               "diffs": diffs, "seeds": paired}
     return out
 
 
@@ -404,45 +407,56 @@ def markdown(report: dict, agents: list[str], methods: list[str], seeds: list[in
         "# HACPO pair comparison (generated)", "",
         f"Command: `{report['command']}`", f"Machine: {report['machine']['cpu_count']} cores, torch {report['machine']['torch']}; {report['compute_s'] / 60:.1f} min of runs.", "",
         "Pre-check:", "", *[f"- {x}" for x in precheck_lines(report["precheck"])], "",
-        "| method | " + " | ".join(agents) + " | cross in band (mean over steps) |", "|---|" + "---|" * (len(agents) + 1),
+        "Held-out accuracy after training, mean over the seeds each method has run:", "",
+        "| method | seeds | " + " | ".join(agents) + " | cross in band (mean over steps) |", "|---|---|" + "---|" * (len(agents) + 1),
     ]
     for m in methods:
-        acc = " | ".join(f"{statistics.fmean(runs[(s, m)]['after'][a] for s in seeds):.3f}" for a in agents)
-        band = [r["cross_in_band_frac"] for s in seeds for st in runs[(s, m)]["steps"].values() for r in st if "cross_in_band_frac" in r]
-        lines.append(f"| {m} | {acc} | {statistics.fmean(band):.3f} |" if band else f"| {m} | {acc} | - |")
-    lines += ["", f"Paired differences over {len(seeds)} seeds (t 95% interval):", "", "| comparison | mean | 95% CI | half-width |", "|---|---|---|---|"]
+        have = [s for s in seeds if (s, m) in runs]
+        if not have:
+            continue
+        acc = " | ".join(f"{statistics.fmean(runs[(s, m)]['after'][a] for s in have):.3f}" for a in agents)
+        band = [r["cross_in_band_frac"] for s in have for st in runs[(s, m)]["steps"].values() for r in st if "cross_in_band_frac" in r]
+        lines.append(f"| {m} | {', '.join(map(str, have))} | {acc} | " + (f"{statistics.fmean(band):.3f} |" if band else "- |"))
+    lines += ["", "Paired differences over the seeds where both methods ran (t 95% interval; none below two seeds):", "",
+              "| comparison | seeds | mean | 95% CI | half-width |", "|---|---|---|---|---|"]
     for k, v in report["comparisons"].items():
-        lines.append(f"| {k} | {v['mean']:+.3f} | [{v['ci95'][0]:+.3f}, {v['ci95'][1]:+.3f}] | {(v['ci95'][1] - v['ci95'][0]) / 2:.3f} |")
-    lines += ["", f"Ordering (mean over agents): {report['ordering']}", ""]
+        ci = (f"[{v['ci95'][0]:+.3f}, {v['ci95'][1]:+.3f}] | {(v['ci95'][1] - v['ci95'][0]) / 2:.3f}" if v["ci95"]
+              else "no interval | -")
+        lines.append(f"| {k} | {', '.join(map(str, v['seeds']))} | {v['mean']:+.3f} | {ci} |")
+    ranked = (f"(mean over agents, seeds with every method: {', '.join(map(str, report['complete_seeds']))}): {report['ordering']}"
+              if report["ordering"] else "(mean over agents): none yet, no seed has every method")
+    lines += ["", f"Ordering {ranked}", ""]
     if report.get("verdict"):
         lines += [*verdict_lines(report["verdict"]), ""]
     if report.get("left_out"):
-        lines += ["Left out (a method of the seed not run yet): " + "; ".join(f"seed {s}: {', '.join(ms)}" for s, ms in report["left_out"].items()), ""]
+        lines += ["Not run yet: " + "; ".join(f"seed {s}: {', '.join(ms)}" for s, ms in report["left_out"].items()), ""]
     lines += [f"![curves]({Path(report['plot']).name})", ""] if report.get("plot") else []
     lines += per_seed_lines(agents, methods, seeds, runs)
     return "\n".join(lines)
 
 
 def plot(runs: dict, agents: list[str], seeds: list[int], methods: list[str], path: Path) -> None:
-    """Per agent, the training reward per step (mean over seeds) of every method, and the share of its cross
+    """Per agent, the training reward per step (mean over the seeds it has run) of every method, and the share of its cross
     samples in the band per step for the methods that exchange: the curves behind the table."""
     fig, axes = plt.subplots(2, len(agents), figsize=(6 * len(agents), 7), squeeze=False)
     for col, agent in enumerate(agents):
         for m in methods:
             by_step: dict[int, list[float]] = {}
             band: dict[int, list[float]] = {}
-            for s in seeds:
+            have = [s for s in seeds if (s, m) in runs]
+            for s in have:
                 for r in runs[(s, m)]["steps"].get(agent, []):
                     if f"reward/{agent}" in r:
                         by_step.setdefault(r["step"], []).append(r[f"reward/{agent}"])
                     if "cross_in_band_frac" in r:
                         band.setdefault(r["step"], []).append(r["cross_in_band_frac"])
             xs = sorted(by_step)
-            axes[0][col].plot(xs, [statistics.fmean(by_step[x]) for x in xs], label=m)
+            label = f"{m} ({len(have)} seed{'s' * (len(have) > 1)})"
+            axes[0][col].plot(xs, [statistics.fmean(by_step[x]) for x in xs], label=label)
             if band:
                 xb = sorted(band)
-                axes[1][col].plot(xb, [statistics.fmean(band[x]) for x in xb], label=m)
-        axes[0][col].set(title=f"{agent}: training reward (mean over {len(seeds)} seed{'s' * (len(seeds) > 1)})", xlabel="RL step", ylabel="reward")
+                axes[1][col].plot(xb, [statistics.fmean(band[x]) for x in xb], label=label)
+        axes[0][col].set(title=f"{agent}: training reward (mean over each method's seeds)", xlabel="RL step", ylabel="reward")
         axes[1][col].set(title=f"{agent} as learner: cross samples in [lo, 1]", xlabel="RL step", ylabel="share", ylim=(0, 1))
         for ax in (axes[0][col], axes[1][col]):
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -468,6 +482,8 @@ def per_seed_lines(agents: list[str], methods: list[str], seeds: list[int], runs
              "|---|---|" + "---|" * (2 * len(agents))]
     for s in seeds:
         for m in methods:
+            if (s, m) not in runs:
+                continue
             run = runs[(s, m)]
             lines.append(f"| {s} | {m} | " + " | ".join(f"{run['after'][a]:.3f}" for a in agents) + " | "
                          + " | ".join(fmt(in_band(run, a)) for a in agents) + " |")
@@ -561,9 +577,10 @@ def main() -> None:
         saved, digests = saved_runs(results, seed, args.methods, planner(seed))
         if args.report_only and len(saved) < len(args.methods):
             left_out[seed] = [m for m in args.methods if m not in saved]
+        if not saved and args.report_only:
             continue
         seeds.append(seed)
-        if len(saved) < len(args.methods):  # something to train: this seed's warm starts, as the saved runs had them
+        if len(saved) < len(args.methods) and not args.report_only:  # to train: this seed's warm starts, as the saved runs had them
             if seed not in warm:
                 warm[seed] = {a: warm_start(a, seed, args, runs_root, excluded) for a in AGENTS}
                 compute_s += sum(info["wall_s"] for _, info in warm[seed].values())
@@ -574,6 +591,8 @@ def main() -> None:
                                  "them. Delete the saved runs of that seed to redo them all")
             digests = built
         for method in args.methods:
+            if method not in saved and args.report_only:
+                continue
             if method in saved:
                 rec = saved[method]
                 print(f"seed {seed} {method}: reused {results / f'seed{seed}-{method}.json'}", flush=True)
@@ -590,10 +609,10 @@ def main() -> None:
             runs[(seed, method)] = rec["run"]
             summary = rec["summary"]
             print(f"seed {seed} {method}: before {summary.get('accuracy_before')} after {summary.get('accuracy_after')}", flush=True)
-    if not seeds:
-        raise SystemExit(f"--report-only: no seed of {args.seeds} has every method of {args.methods} saved in {results}")
     names = list(AGENTS)
-    score = {m: statistics.fmean(runs[(s, m)]["after"][a] for s in seeds for a in names) for m in args.methods}
+    # Ranked only over the seeds that have every method: a mean over different seeds would rank the seeds.
+    complete = [s for s in seeds if all((s, m) in runs for m in args.methods)]
+    score = {m: statistics.fmean(runs[(s, m)]["after"][a] for s in complete for a in names) for m in args.methods}
     comparisons = compare(runs, names, seeds, args.methods)
     primary = comparisons.get(f"{PRIMARY[0]} - {PRIMARY[1]} / {MEAN}")
     report = {
@@ -601,7 +620,7 @@ def main() -> None:
         "machine": machine_record(load_before), "wall_s": time.time() - t0, "compute_s": compute_s,
         "config": vars(args), "seeds": seeds, "left_out": left_out, "precheck": result, "comparisons": comparisons,
         "verdict": verdict(primary["diffs"]) if primary else None, "plot": str(out.with_suffix(".png")),
-        "ordering": ordering(score), "runs": {f"seed{s}-{m}": r for (s, m), r in runs.items()},
+        "ordering": ordering(score) if complete else None, "complete_seeds": complete, "runs": {f"seed{s}-{m}": r for (s, m), r in runs.items()},
     }
     plot(runs, names, seeds, args.methods, out.with_suffix(".png"))
     out.with_suffix(".json").write_text(json.dumps(report, indent=2, default=str))

@@ -216,9 +216,10 @@ def test_the_comparison_has_the_mean_over_agents_per_seed():
     assert out["hacpo - gspox2 / add"]["diffs"] == pytest.approx([0.1, 0.0])
 
 
-def test_report_only_reports_the_complete_saved_seeds_and_trains_nothing(monkeypatch, tmp_path):
-    """A session that ends mid-seed commits what finished; a later one (or a reader) builds the page from
-    the saved runs alone: complete seeds are reported, a seed missing a method is named, nothing trains."""
+def test_report_only_reports_every_saved_run_pairs_what_ran_together_and_trains_nothing(monkeypatch, tmp_path):
+    """A session that ends mid-seed commits what finished; a later one (or a reader) builds the page from the
+    saved runs alone: each comparison pairs the seeds where both of its methods ran, a method still to run on
+    a seed is named, the ranking uses only seeds with every method, and nothing trains."""
     trained = _fake_training(monkeypatch, {"add": b"add", "sub": b"sub"})
     monkeypatch.setattr(hp, "precheck", lambda models, items, args: {"passed": True})
     monkeypatch.setattr(hp, "precheck_lines", lambda result: [])
@@ -232,14 +233,21 @@ def test_report_only_reports_the_complete_saved_seeds_and_trains_nothing(monkeyp
     with pytest.raises(SystemExit, match="no pre-check saved"):
         main("--seeds", "0", "--methods", "hacpo", "gspox2", "--report-only")
     main("--seeds", "0", "1", "--methods", "hacpo", "gspox2")
-    main("--seeds", "2", "--methods", "hacpo")  # seed 2 has only one of the two methods
+    main("--seeds", "0", "2", "--methods", "hacpo", "hacpo-alpha0")  # an ablation on seeds 0 and 2, seed 2 without gspox2
     trained.clear()
-    report = main("--seeds", "0", "1", "2", "--methods", "hacpo", "gspox2", "--report-only")
-    assert trained == [] and report["seeds"] == [0, 1] and report["left_out"] == {"2": ["gspox2"]}
-    assert report["verdict"]["n"] == 2 and out.with_suffix(".png").stat().st_size > 0
+    report = main("--seeds", "0", "1", "2", "--methods", "hacpo", "gspox2", "hacpo-alpha0", "--report-only")
+    assert trained == [] and report["seeds"] == [0, 1, 2]
+    assert report["left_out"] == {"1": ["hacpo-alpha0"], "2": ["gspox2"]}
+    primary, ablation = report["comparisons"]["hacpo - gspox2 / mean"], report["comparisons"]["hacpo - hacpo-alpha0 / mean"]
+    assert primary["seeds"] == [0, 1] and report["verdict"]["n"] == 2 and ablation["seeds"] == [0, 2]
+    assert report["complete_seeds"] == [0] and report["ordering"].startswith("hacpo-alpha0")  # trained last on seed 0
+    assert out.with_suffix(".png").stat().st_size > 0
     page = (tmp_path / "out_results.md").read_text()
-    assert "Left out (a method of the seed not run yet): seed 2: gspox2" in page and "**Verdict:" in page
-    with pytest.raises(SystemExit, match="no seed of"):
+    assert "Not run yet: seed 1: hacpo-alpha0; seed 2: gspox2" in page and "**Verdict:" in page
+    assert "| hacpo - hacpo-alpha0 / mean | 0, 2 |" in page and "| hacpo-alpha0 | 0, 2 |" in page
+    one = main("--seeds", "0", "1", "--methods", "hacpo", "hacpo-alpha0", "--report-only")["comparisons"]
+    assert one["hacpo - hacpo-alpha0 / add"]["ci95"] is None and one["hacpo - hacpo-alpha0 / add"]["seeds"] == [0]
+    with pytest.raises(SystemExit, match="no pre-check saved"):
         main("--seeds", "2", "--methods", "hacpo", "gspox2", "--report-only")
 
 
