@@ -444,6 +444,8 @@ def plot(runs: dict, agents: list[str], seeds: list[int], methods: list[str], pa
             by_step: dict[int, list[float]] = {}
             band: dict[int, list[float]] = {}
             have = [s for s in seeds if (s, m) in runs]
+            if not have:
+                continue
             for s in have:
                 for r in runs[(s, m)]["steps"].get(agent, []):
                     if f"reward/{agent}" in r:
@@ -452,12 +454,13 @@ def plot(runs: dict, agents: list[str], seeds: list[int], methods: list[str], pa
                         band.setdefault(r["step"], []).append(r["cross_in_band_frac"])
             xs = sorted(by_step)
             label = f"{m} ({len(have)} seed{'s' * (len(have) > 1)})"
-            axes[0][col].plot(xs, [statistics.fmean(by_step[x]) for x in xs], label=label)
+            color = f"C{list(METHODS).index(m)}"  # one colour per method in every panel
+            axes[0][col].plot(xs, [statistics.fmean(by_step[x]) for x in xs], label=label, color=color)
             if band:
                 xb = sorted(band)
-                axes[1][col].plot(xb, [statistics.fmean(band[x]) for x in xb], label=label)
+                axes[1][col].plot(xb, [statistics.fmean(band[x]) for x in xb], label=label, color=color)
         axes[0][col].set(title=f"{agent}: training reward (mean over each method's seeds)", xlabel="RL step", ylabel="reward")
-        axes[1][col].set(title=f"{agent} as learner: cross samples in [lo, 1]", xlabel="RL step", ylabel="share", ylim=(0, 1))
+        axes[1][col].set(title=f"{agent} as learner: cross samples in [lo, 1]", xlabel="RL step", ylabel="share", ylim=(0, 1.05))  # naive's 1.0 stays visible
         for ax in (axes[0][col], axes[1][col]):
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.legend(fontsize=8)
@@ -612,7 +615,7 @@ def main() -> None:
     names = list(AGENTS)
     # Ranked only over the seeds that have every method: a mean over different seeds would rank the seeds.
     complete = [s for s in seeds if all((s, m) in runs for m in args.methods)]
-    score = {m: statistics.fmean(runs[(s, m)]["after"][a] for s in complete for a in names) for m in args.methods}
+    score = {m: statistics.fmean(runs[(s, m)]["after"][a] for s in complete for a in names) for m in args.methods} if complete else {}
     comparisons = compare(runs, names, seeds, args.methods)
     primary = comparisons.get(f"{PRIMARY[0]} - {PRIMARY[1]} / {MEAN}")
     report = {

@@ -247,6 +247,8 @@ def test_report_only_reports_every_saved_run_pairs_what_ran_together_and_trains_
     assert "| hacpo - hacpo-alpha0 / mean | 0, 2 |" in page and "| hacpo-alpha0 | 0, 2 |" in page
     one = main("--seeds", "0", "1", "--methods", "hacpo", "hacpo-alpha0", "--report-only")["comparisons"]
     assert one["hacpo - hacpo-alpha0 / add"]["ci95"] is None and one["hacpo - hacpo-alpha0 / add"]["seeds"] == [0]
+    assert main("--seeds", "0", "1", "--methods", "hacpo", "gspo", "--report-only")["ordering"] is None  # no gspo yet
+    assert "Ordering (mean over agents): none yet, no seed has every method" in (tmp_path / "out_results.md").read_text()
     with pytest.raises(SystemExit, match="no pre-check saved"):
         main("--seeds", "2", "--methods", "hacpo", "gspox2", "--report-only")
 
