@@ -578,12 +578,15 @@ def main() -> None:
     seeds, left_out = [], {}
     for seed in args.seeds:
         saved, digests = saved_runs(results, seed, args.methods, planner(seed))
-        if args.report_only and len(saved) < len(args.methods):
-            left_out[seed] = [m for m in args.methods if m not in saved]
-        if not saved and args.report_only:
+        if args.report_only:  # what is saved, as it is: each comparison later pairs the seeds where both ran
+            if missing := [m for m in args.methods if m not in saved]:
+                left_out[seed] = missing
+            seeds += [seed] if saved else []
+            for method, rec in saved.items():
+                runs[(seed, method)], compute_s = rec["run"], compute_s + rec["wall_s"]
             continue
         seeds.append(seed)
-        if len(saved) < len(args.methods) and not args.report_only:  # to train: this seed's warm starts, as the saved runs had them
+        if len(saved) < len(args.methods):  # something to train: this seed's warm starts, as the saved runs had them
             if seed not in warm:
                 warm[seed] = {a: warm_start(a, seed, args, runs_root, excluded) for a in AGENTS}
                 compute_s += sum(info["wall_s"] for _, info in warm[seed].values())
@@ -594,8 +597,6 @@ def main() -> None:
                                  "them. Delete the saved runs of that seed to redo them all")
             digests = built
         for method in args.methods:
-            if method not in saved and args.report_only:
-                continue
             if method in saved:
                 rec = saved[method]
                 print(f"seed {seed} {method}: reused {results / f'seed{seed}-{method}.json'}", flush=True)
@@ -615,7 +616,7 @@ def main() -> None:
     names = list(AGENTS)
     # Ranked only over the seeds that have every method: a mean over different seeds would rank the seeds.
     complete = [s for s in seeds if all((s, m) in runs for m in args.methods)]
-    score = {m: statistics.fmean(runs[(s, m)]["after"][a] for s in complete for a in names) for m in args.methods} if complete else {}
+    score = {m: statistics.fmean(runs[(s, m)]["after"][a] for s in complete for a in names) for m in args.methods} if complete else None
     comparisons = compare(runs, names, seeds, args.methods)
     primary = comparisons.get(f"{PRIMARY[0]} - {PRIMARY[1]} / {MEAN}")
     report = {
@@ -623,7 +624,7 @@ def main() -> None:
         "machine": machine_record(load_before), "wall_s": time.time() - t0, "compute_s": compute_s,
         "config": vars(args), "seeds": seeds, "left_out": left_out, "precheck": result, "comparisons": comparisons,
         "verdict": verdict(primary["diffs"]) if primary else None, "plot": str(out.with_suffix(".png")),
-        "ordering": ordering(score) if complete else None, "complete_seeds": complete, "runs": {f"seed{s}-{m}": r for (s, m), r in runs.items()},
+        "ordering": ordering(score) if score else None, "complete_seeds": complete, "runs": {f"seed{s}-{m}": r for (s, m), r in runs.items()},
     }
     plot(runs, names, seeds, args.methods, out.with_suffix(".png"))
     out.with_suffix(".json").write_text(json.dumps(report, indent=2, default=str))
